@@ -1,0 +1,41 @@
+# hetcluster — the two commands that matter: `make demo` and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-fast demo protos check-protos bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Runs the whole test suite (slow end-to-end tests included), after the stub drift check.
+test: setup
+	PYTHON=$(PY) scripts/check_protos.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## The quick loop while developing: everything but the slow end-to-end tests.
+test-fast: setup
+	$(PY) -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+## Sets up and runs the main job on the embedded default (an emulated fleet on this machine).
+demo: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH scripts/demo.sh
+
+protos: setup
+	PYTHON=$(PY) scripts/gen_protos.sh
+
+check-protos: setup
+	PYTHON=$(PY) scripts/check_protos.sh
+
+bench: setup
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache demo-out

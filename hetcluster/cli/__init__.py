@@ -1,0 +1,1 @@
+"""The `hetcluster` command line: one module per command, composed in app.py."""

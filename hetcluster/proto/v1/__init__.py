@@ -1,0 +1,1 @@
+"""Stubs generated from protos/hetcluster/v1."""
