@@ -53,3 +53,17 @@ class PowerSource(abc.ABC):
             energy_j=energy_j,
             utilization=utilization,
         )
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What a probe found: whether a source can be opened here, and why (not).
+
+    Probes never raise: they return ``available=False`` with the reason in ``detail``, so
+    ``GetDeviceInfo`` can list every source with an explanation (proto ``PowerSourceInfo``).
+    """
+
+    name: str
+    measured: bool
+    available: bool
+    detail: str
