@@ -84,10 +84,26 @@ def test_invalid_toml_and_missing_file(tmp_path: Path):
 
 
 def test_write_config_round_trips(tmp_path: Path):
-    document = {"agent": {"name": "emu-1", "listen": "127.0.0.1:0"}, "auth": {"token_file": "token"}, "emulation": {"compute_share": 0.5}}
+    document = {
+        "agent": {"name": "emu-1", "listen": "127.0.0.1:0"},
+        "auth": {"token_file": "token"},
+        "power": {"source": "emulated", "idle_w": 2.0, "busy_w": 6.0},
+        "emulation": {"compute_share": 0.5},
+    }
     path = write_config(document, tmp_path / "sub" / "agent.toml")
     assert load_config(path).emulation.compute_share == 0.5
 
 
 def test_split_host_port_ipv6():
     assert split_host_port("[::1]:50051") == ("::1", 50051)
+
+
+def test_power_table_is_validated_and_emulation_fills_the_model(tmp_path: Path):
+    base = {"agent": {"name": "a"}, "auth": {"token_file": "t"}}
+    with pytest.raises(ConfigError, match="power"):
+        AgentConfig.from_mapping({**base, "power": {"sauce": "x"}}, tmp_path)
+    with pytest.raises(ConfigError, match="idle_w"):
+        AgentConfig.from_mapping({**base, "power": {"source": "auto"}, "emulation": {"compute_share": 0.5}}, tmp_path)
+    config = AgentConfig.from_mapping({**base, "power": {"idle_w": 1.0, "busy_w": 4.0}, "emulation": {"compute_share": 0.5}}, tmp_path)
+    power = config.power_config(root_pid=1234)
+    assert (power.source, power.compute_share, power.root_pid) == ("emulated", 0.5, 1234)

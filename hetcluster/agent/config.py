@@ -136,11 +136,19 @@ class AgentConfig:
             return socket.gethostname()
         return host
 
-    def power_config(self) -> Any:
-        """The parsed [power] table (hetcluster.power.PowerConfig)."""
+    def power_config(self, root_pid: int | None = None) -> Any:
+        """The parsed [power] table (hetcluster.power.PowerConfig). On an emulated device a
+        source of "auto" or "emulated" becomes the emulated model over this agent's own process
+        tree (``root_pid``, default this process) or its cgroup."""
         from hetcluster.power import PowerConfig
 
-        return PowerConfig.from_mapping(dict(self.power))
+        table = dict(self.power)
+        if self.emulation is None or table.get("source", "auto") not in ("auto", "emulated"):
+            return PowerConfig.from_mapping(table)
+        # parse as "auto" first: "emulated" alone is incomplete until [emulation] fills it in
+        return PowerConfig.from_mapping({**table, "source": "auto"}).for_emulation(
+            self.emulation.compute_share, self.emulation.cgroup_dir, root_pid=root_pid or os.getpid()
+        )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], base_dir: Path | None = None, source_path: Path | None = None) -> "AgentConfig":
@@ -199,7 +207,7 @@ class AgentConfig:
                 )
             emulation = EmulationConfig(compute_share=float(share), cgroup_dir=_path(emu, "cgroup_dir", "emulation", base))
 
-        return cls(
+        config = cls(
             name=name.strip(),
             listen=listen,
             port_file=_path(agent, "port_file", "agent", base),
@@ -212,6 +220,8 @@ class AgentConfig:
             emulation=emulation,
             source_path=source_path,
         )
+        config.power_config()  # validates [power] with the power room's own rules
+        return config
 
 
 def load_config(path: Path | str) -> AgentConfig:
