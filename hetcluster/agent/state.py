@@ -1,0 +1,51 @@
+"""Everything an agent knows and holds: its config, device facts, power source, tasks, ports.
+
+Handlers receive this object; the servicer and the server own its lifetime. Reads of the power
+source are serialized here because counter-based sources (RAPL, emulated CPU time) keep the
+previous read and two interleaved streams would each see half the interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+
+from hetcluster.agent.config import AgentConfig
+from hetcluster.agent.messages import DeviceInfo
+from hetcluster.agent.ports import PortReservations
+from hetcluster.agent.tasks import TaskSupervisor
+from hetcluster.power.base import PowerSample, PowerSource
+
+log = logging.getLogger(__name__)
+
+
+class AgentState:
+    def __init__(self, config: AgentConfig, power_source: PowerSource, device_info: DeviceInfo, state_dir: Path | None = None) -> None:
+        self.config = config
+        self.power_source = power_source
+        self.device_info = device_info
+        self.state_dir = state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
+        self.tasks = TaskSupervisor(self.state_dir / "tasks")
+        self.ports = PortReservations(advertised_host=config.task_host())
+        self.stopping = threading.Event()
+        self._power_lock = threading.Lock()
+
+    def read_power(self) -> PowerSample:
+        with self._power_lock:
+            return self.power_source.read()
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Stop every task, drop port reservations, release the power source."""
+        self.stopping.set()
+        self.tasks.stop_all(grace_s)
+        self.ports.close()
+        try:
+            self.power_source.close()
+        except Exception:  # closing must not keep the agent from exiting
+            log.exception("closing power source %s", self.power_source.name)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:40]

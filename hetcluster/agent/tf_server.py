@@ -1,0 +1,51 @@
+"""Child-process entry point: one tf.distribute.Server, and nothing else.
+
+The agent starts this with a cluster spec, a job name and an index. It runs no code sent over the
+network: models travel only inside TensorFlow's own runtime (the coordinator traces functions,
+workers execute graphs). A small thread exits the process when the agent that started it is
+gone, so a killed agent leaves no orphan servers holding ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+        time.sleep(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hetcluster.agent.tf_server")
+    parser.add_argument("--cluster-spec", required=True, help="JSON: job name -> list of host:port")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--protocol", default="grpc")
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.parent_pid:
+        threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
+    for key, value in (("GRPC_FAIL_FAST", "use_caller"), ("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        os.environ.setdefault(key, value)
+    spec = json.loads(args.cluster_spec)
+
+    import tensorflow as tf
+
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol, start=True
+    )
+    print(f"tf_server: {args.job}:{args.index} serving at {server.target}", file=sys.stderr, flush=True)
+    server.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
