@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 NAME = "jetson_ina3221"
 IIO_GLOB = "sys/bus/i2c/drivers/ina3221x/*/iio:device*"
 HWMON_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
+#: The INA3221's three channels; curr4 is their summed current and in4..in7 are shunt voltages.
+HWMON_CHANNELS = (1, 2, 3)
 _TOTAL_RAIL_RE = re.compile(r"(?:^|_)IN$", re.IGNORECASE)
 
 
@@ -65,11 +67,11 @@ def _iio_rails(root: Path) -> list[Rail]:
 def _hwmon_rails(root: Path) -> list[Rail]:
     rails = []
     for hwmon in sorted(root.glob(HWMON_GLOB)):
-        for current_path in sorted(hwmon.glob("curr*_input")):
-            channel = current_path.name[len("curr") : -len("_input")]
+        for channel in HWMON_CHANNELS:
+            current_path = hwmon / f"curr{channel}_input"
             voltage_path = hwmon / f"in{channel}_input"
-            if not voltage_path.exists():
-                continue  # curr4 (sum of channels) has no bus voltage of its own
+            if not (current_path.exists() and voltage_path.exists()):
+                continue  # channel disabled in the device tree
             name = read_optional(hwmon / f"in{channel}_label") or f"{hwmon.parent.parent.name}/ch{channel}"
             rails.append(Rail(name, voltage_mv_path=voltage_path, current_ma_path=current_path))
     return rails

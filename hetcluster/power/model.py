@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -42,10 +43,10 @@ TDP_TABLE: tuple[TdpEntry, ...] = (
     TdpEntry("Ryzen 9", 25.0, 142.0),
     TdpEntry("Ryzen 7", 20.0, 88.0),
     TdpEntry("Ryzen 5", 15.0, 65.0),
-    TdpEntry("Core(TM) i9", 20.0, 125.0),
-    TdpEntry("Core(TM) i7", 15.0, 65.0),
-    TdpEntry("Core(TM) i5", 10.0, 65.0),
-    TdpEntry("Core(TM) i3", 8.0, 58.0),
+    TdpEntry("Core i9", 20.0, 125.0),
+    TdpEntry("Core i7", 15.0, 65.0),
+    TdpEntry("Core i5", 10.0, 65.0),
+    TdpEntry("Core i3", 8.0, 58.0),
     TdpEntry("Carmel", 5.0, 20.0),  # Jetson Xavier NX / AGX module
     TdpEntry("Cortex-A78AE", 5.0, 25.0),  # Jetson Orin
     TdpEntry("Cortex-A76", 2.7, 8.0),  # Raspberry Pi 5
@@ -80,11 +81,16 @@ def cpu_model_name(root: Path = Path("/")) -> str:
     return fields.get("model name") or platform.processor() or platform.machine()
 
 
+def _normalized(name: str) -> str:
+    """Lower case without trademark marks: "Intel(R) Xeon(R) Gold" → "intel xeon gold"."""
+    return " ".join(re.sub(r"\((r|tm)\)", " ", name.lower()).split())
+
+
 def tdp_for(cpu_model: str) -> TdpEntry:
     """The table entry matching the CPU model name, or the generic default."""
-    lowered = cpu_model.lower()
+    name = _normalized(cpu_model)
     for entry in TDP_TABLE:
-        if entry.match.lower() in lowered:
+        if _normalized(entry.match) in name:
             return entry
     return DEFAULT_ENTRY
 
