@@ -1,0 +1,84 @@
+"""What a training step needs besides activations, and what a plan costs in time.
+
+Fixed bytes (live for the whole step): parameters (all weights, BN moving statistics included),
+one gradient per trainable weight, the optimizer's slots per trainable weight, and a runtime
+constant for what TensorFlow itself holds (kernels' scratch space, the executor, small tensors).
+The input batch is not here: it is the activation of the graph's input nodes.
+
+The runtime constant was calibrated on this project's CPU machine (TF 2.20, oneDNN), comparing
+`tf.config.experimental.get_memory_info('CPU:0')['peak']` of plain train steps against the
+liveness prediction: see docs/memory.md and `benchmarks/memory.py`.
+
+Slowdown = recomputed FLOPs / step FLOPs (a step is forward + backward, counted as 3x the forward
+FLOPs), plus the host-link transfer time of offloaded tensors over the step time, both estimated
+from assumed device figures. Transfers are counted as not hidden behind compute (conservative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetcluster.errors import MemoryPlanError
+from hetcluster.memory.graph import LayerGraph
+
+# Optimizer state per trainable weight, in copies of the weight.
+OPTIMIZER_SLOTS: dict[str, int] = {
+    "sgd": 0,
+    "sgd-momentum": 1,
+    "momentum": 1,
+    "adagrad": 1,
+    "rmsprop": 1,
+    "adam": 2,
+    "adamw": 2,
+}
+
+DEVICE_KINDS = ("cpu", "unified", "discrete-gpu")
+
+# TensorFlow's own bytes beyond tensors the plan models (calibrated, see module docstring).
+DEFAULT_RUNTIME_BYTES = 24 * 2**20
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What the prediction adds to the activations. The default optimizer is SGD with momentum."""
+
+    optimizer: str = "sgd-momentum"
+    runtime_bytes: int = DEFAULT_RUNTIME_BYTES
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZER_SLOTS:
+            raise MemoryPlanError(f"Unknown optimizer {self.optimizer!r}.", hint=f"use one of {sorted(OPTIMIZER_SLOTS)}.")
+
+    def fixed_bytes(self, graph: LayerGraph) -> int:
+        trainable = graph.trainable_param_bytes
+        return int(graph.param_bytes + trainable * (1 + OPTIMIZER_SLOTS[self.optimizer]) + self.runtime_bytes)
+
+
+@dataclass(frozen=True)
+class DeviceAssumptions:
+    """Figures used only to turn offloaded bytes into time (no device is measured here)."""
+
+    host_link_bytes_per_s: float = 12e9  # PCIe 3.0 x16, effective
+    device_flops_per_s: float = 10e12  # sustained training FLOP rate of a discrete GPU
+
+    def transfer_slowdown(self, graph: LayerGraph, transfer_bytes: int) -> float:
+        step_s = step_flops(graph) / self.device_flops_per_s
+        if step_s <= 0:
+            return 0.0
+        return (transfer_bytes / self.host_link_bytes_per_s) / step_s
+
+
+def step_flops(graph: LayerGraph) -> float:
+    """FLOPs of one plain training step: forward plus a backward of twice the forward."""
+    return 3.0 * graph.forward_flops
+
+
+def recompute_slowdown(graph: LayerGraph, recompute_flops: float) -> float:
+    total = step_flops(graph)
+    return recompute_flops / total if total > 0 else 0.0
+
+
+def check_device_kind(device_kind: str) -> str:
+    if device_kind not in DEVICE_KINDS:
+        raise MemoryPlanError(f"Unknown device kind {device_kind!r}.", hint=f"use one of {', '.join(DEVICE_KINDS)}.")
+    return device_kind

@@ -1,0 +1,165 @@
+"""The execution route of one training step: forward, loss, backward, with recomputation inserted.
+
+A route is the exact sequence of steps a scheduled train step runs. Each step defines and uses
+tensor *instances* — (kind, layer, version) with kind "A" (activation) or "G" (gradient of that
+activation) — so that a recomputed activation is a new instance, live only while its backward
+needs it. Liveness (`liveness.py`) is then the same computation for every plan.
+
+Segments are contiguous runs of the topological order. A segment's forward keeps only the tensors
+read outside it; its backward first recomputes what its layers' gradients read (speed-centric:
+everything at once), or bisects the segment (memory-centric: recompute the first half's boundary,
+do the second half's backward, then the first half's), which is what the executor's nested
+`custom_gradient` segments do. A recomputed layer whose output no gradient reads is not counted:
+TensorFlow prunes it from the function (a conv closing a segment is never recomputed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetcluster.errors import MemoryPlanError
+from hetcluster.memory.graph import BACKWARD_NEEDS, LayerGraph
+
+TensorKey = tuple[str, int, int]  # ("A" | "G", layer index, version)
+
+SPEED = "speed"
+MEMORY = "memory"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Layers [start, stop) of the topological order, recomputed in the backward pass."""
+
+    start: int
+    stop: int
+    mode: str = SPEED
+
+    def __post_init__(self) -> None:
+        if self.stop - self.start < 2:
+            raise MemoryPlanError(f"Segment [{self.start}, {self.stop}) is shorter than two layers.",
+                                  hint="recompute segments need at least two layers.")
+        if self.mode not in (SPEED, MEMORY):
+            raise MemoryPlanError(f"Unknown recompute mode {self.mode!r}.", hint="use 'speed' or 'memory'.")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the route: F forward, L loss, R recompute, B backward of `layer`."""
+
+    op: str
+    layer: int
+    defs: tuple[TensorKey, ...]
+    uses: tuple[TensorKey, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    steps: tuple[Step, ...]
+    n_forward: int  # steps [0, n_forward) are the forward pass and the loss
+
+    @property
+    def recomputed_layers(self) -> list[int]:
+        return [s.layer for s in self.steps if s.op == "R"]
+
+
+class _Builder:
+    def __init__(self, graph: LayerGraph) -> None:
+        self.g = graph
+        self.steps: list[Step] = []
+        self.version = [0] * len(graph)
+        self.next_version = 1
+        self.has_grad: set[int] = set()
+
+    def a(self, layer: int) -> TensorKey:
+        return ("A", layer, self.version[layer])
+
+    def forward(self, layer: int, op: str = "F") -> None:
+        uses = tuple(self.a(p) for p in dict.fromkeys(self.g.input_ids[layer]))
+        if op == "R":
+            self.version[layer] = self.next_version
+            self.next_version += 1
+        self.steps.append(Step(op, layer, (self.a(layer),), uses))
+
+    def backward(self, layer: int) -> None:
+        node = self.g.nodes[layer]
+        if node.kind == "input":
+            return
+        needs_in, needs_out = BACKWARD_NEEDS[node.kind]
+        parents = tuple(dict.fromkeys(self.g.input_ids[layer]))
+        uses: list[TensorKey] = [("G", layer, 0)] if layer in self.has_grad else []
+        if needs_in:
+            uses += [self.a(p) for p in parents]
+        if needs_out:
+            uses.append(self.a(layer))
+        defs: list[TensorKey] = []
+        for p in parents:
+            if self.g.nodes[p].kind == "input":
+                continue
+            (uses if p in self.has_grad else defs).append(("G", p, 0))
+            self.has_grad.add(p)
+        self.steps.append(Step("B", layer, tuple(defs), tuple(uses)))
+
+    def recompute(self, targets: set[int], layers: list[int]) -> None:
+        """Recompute the layers of `layers` that `targets` depend on, in order."""
+        inside = set(layers)
+        needed = set(targets) & inside
+        for l in reversed(layers):
+            if l in needed:
+                needed.update(p for p in self.g.input_ids[l] if p in inside)
+        for l in layers:
+            if l in needed:
+                self.forward(l, op="R")
+
+    def read_by_backward(self, layers: list[int]) -> set[int]:
+        out: set[int] = set()
+        for l in layers:
+            needs_in, needs_out = BACKWARD_NEEDS[self.g.nodes[l].kind]
+            if needs_in:
+                out.update(self.g.input_ids[l])
+            if needs_out:
+                out.add(l)
+        return out
+
+    def segment_backward(self, layers: list[int], mode: str) -> None:
+        if mode == SPEED or len(layers) <= 2:
+            self.recompute(self.read_by_backward(layers), layers)
+            for l in reversed(layers):
+                self.backward(l)
+            return
+        half = len(layers) // 2
+        first, second = layers[:half], layers[half:]
+        second_set = set(second)
+        boundary = {l for l in first if any(c in second_set for c in self.g.consumers[l])}
+        self.recompute(boundary, first)
+        self.segment_backward(second, mode)
+        self.segment_backward(first, mode)
+
+
+def build_route(graph: LayerGraph, segments: tuple[Segment, ...] = ()) -> Route:
+    """The step sequence of one training step of `graph` with `segments` recomputed."""
+    n = len(graph)
+    by_last: dict[int, Segment] = {}
+    covered = [False] * n
+    for seg in sorted(segments, key=lambda s: s.start):
+        if seg.stop > n or any(covered[seg.start:seg.stop]):
+            raise MemoryPlanError(f"Segment [{seg.start}, {seg.stop}) overlaps another or leaves the graph.",
+                                  hint="segments must be disjoint runs of the topological order.")
+        covered[seg.start:seg.stop] = [True] * (seg.stop - seg.start)
+        by_last[seg.stop - 1] = seg
+    b = _Builder(graph)
+    for i in range(n):
+        b.forward(i)
+    outs = graph.output_ids
+    b.steps.append(Step("L", outs[-1], tuple(("G", o, 0) for o in outs), tuple(b.a(o) for o in outs)))
+    b.has_grad.update(outs)
+    n_forward = len(b.steps)
+    i = n - 1
+    while i >= 0:
+        seg = by_last.get(i)
+        if seg is None:
+            b.backward(i)
+            i -= 1
+        else:
+            b.segment_backward(list(range(seg.start, seg.stop)), seg.mode)
+            i = seg.start - 1
+    return Route(tuple(b.steps), n_forward)
