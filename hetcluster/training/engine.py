@@ -1,0 +1,294 @@
+"""Train on given TF servers with TensorFlow's own ParameterServerStrategy + ClusterCoordinator.
+
+The coordinator is this process (job ``chief``); workers and parameter servers are plain
+``tf.distribute.Server`` processes at the addresses in :class:`ClusterAddresses`. Model and
+optimizer variables live on the parameter servers; step functions are traced here and sent to the
+workers by ClusterCoordinator, which hands each closure to whichever worker is free (asynchronous
+PS training: fast devices take more steps).
+
+Exact step count. ClusterCoordinator guarantees *at-least-once* execution of a closure: when a
+worker fails mid-closure, the closure is put back and re-run on another worker, so an update the
+dead worker had already applied on the parameter servers could be applied twice. The engine
+therefore (1) counts steps with ``optimizer.iterations`` (a variable on the PS, incremented by every
+applied update) rather than by closures, (2) schedules in rounds only ``total - iterations`` more
+closures, joins, re-reads ``iterations`` and schedules again if failures left it short, and (3)
+gates each update inside the step (``iterations < total`` else the gradients are not applied), so
+a retried closure whose first execution already counted is a no-op once the total is reached.
+The remaining gap is a retried closure racing another worker's final update inside one round; it
+needs a worker failure at that exact moment, and the reported ``steps_applied`` is still the true
+``iterations`` count.
+
+Worker identity per step: ``tf.distribute.coordinator.experimental_get_current_worker_index()``
+inside the step. Step timestamps: ``tf.timestamp()`` on the worker at the start and end of the step.
+
+One run per process: TensorFlow keeps one eager cluster context per process; a second
+ParameterServerStrategy on another cluster in the same process works in TF 2.20 but leaves the
+first cluster's function registrations and failure-handler threads behind (gRPC "Tried to remove
+non-existent function" errors, watchers on dead servers). Use :mod:`hetcluster.training.run_job`
+to run each training run in a fresh subprocess; call :func:`run_training` directly only once per
+process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from hetcluster.errors import TrainingError
+from hetcluster.models.datasets import make_dataset_fn
+from hetcluster.models.registry import build_from_spec
+from hetcluster.training.servers import address_reachable
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+# gradient_fn(model, x, y) -> (loss, gradients aligned with model.trainable_variables)
+GradientFn = Callable[[Any, Any, Any], tuple[Any, list[Any]]]
+# on_progress(steps_done_in_run, steps_to_do_in_run, elapsed_s)
+ProgressFn = Callable[[int, int, float], None]
+
+
+@dataclass
+class _Stamp:
+    loss: float
+    applied: bool
+    start_s: float
+    end_s: float
+    worker_index: int
+
+
+def _prepare_environment() -> None:
+    """Settings TF reads at import time: legacy Keras and gRPC errors surfacing to the caller."""
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def connect(cluster: ClusterAddresses) -> tuple["tf.distribute.Strategy", Any]:
+    """ParameterServerStrategy + ClusterCoordinator over ``cluster`` (this process = chief)."""
+    _prepare_environment()
+    import tensorflow as tf
+
+    unreachable = [name for name, addr in cluster.workers.items() if not address_reachable(addr)]
+    unreachable += [f"ps{i}" for i, addr in enumerate(cluster.ps) if not address_reachable(addr)]
+    if unreachable:
+        raise TrainingError(f"TF servers not reachable before training: {', '.join(unreachable)}.",
+                            hint="start their servers (agents) or leave those devices out.")
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster.cluster_spec_dict()), task_type="chief", task_id=0, rpc_layer="grpc")
+    try:
+        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    except (ValueError, tf.errors.OpError) as exc:
+        raise TrainingError(f"Cannot connect to the TF cluster {cluster.cluster_spec_dict()}: {exc}",
+                            hint="check the addresses and that the servers use the same cluster spec.") from exc
+    return strategy, coordinator
+
+
+def default_gradient_fn(loss_fn: Any) -> GradientFn:
+    """Forward + backward with a GradientTape; loss averaged over the global batch."""
+    import tensorflow as tf
+
+    def gradient_fn(model: Any, x: Any, y: Any) -> tuple[Any, list[Any]]:
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    return gradient_fn
+
+
+class _Trainer:
+    """Model, optimizer, checkpoint and traced step of one run on one cluster."""
+
+    def __init__(self, spec: TrainSpec, cluster: ClusterAddresses, strategy: Any, coordinator: Any,
+                 gradient_fn: GradientFn | None) -> None:
+        import tensorflow as tf
+        import tf_keras as keras
+
+        self.spec, self.cluster, self.strategy, self.coordinator = spec, cluster, strategy, coordinator
+        with strategy.scope():
+            self.model = build_from_spec(spec.model)
+            self.optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, momentum=0.9)
+            self.optimizer.build(self.model.trainable_variables)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        self.manager = None
+        if spec.checkpoint_dir:
+            self.manager = tf.train.CheckpointManager(self.checkpoint, spec.checkpoint_dir,
+                                                      max_to_keep=max(1, spec.max_checkpoints))
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        self.gradient_fn = gradient_fn or default_gradient_fn(loss_fn)
+        dataset_fn = make_dataset_fn(spec.data, spec.model)
+
+        @tf.function
+        def per_worker_dataset_fn() -> Any:
+            return strategy.distribute_datasets_from_function(dataset_fn)
+
+        self.iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+        self.step_fn = self._make_step()
+
+    def restore(self) -> int:
+        """Restore the latest checkpoint if there is one; return the restored step count."""
+        if self.manager is None or self.manager.latest_checkpoint is None:
+            return 0
+        path = self.manager.latest_checkpoint
+        try:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (AssertionError, ValueError) as exc:
+            raise TrainingError(f"Checkpoint {path} does not match model {self.spec.model.name}: {exc}",
+                                hint="use the same --model, --input-shape and --classes, or a new --checkpoint-dir.") from exc
+        steps = int(self.optimizer.iterations.numpy())
+        log.info("restored %s at step %d", path, steps)
+        return steps
+
+    def save(self) -> str | None:
+        if self.manager is None:
+            return None
+        return self.manager.save(checkpoint_number=int(self.optimizer.iterations.numpy()))
+
+    def _make_step(self) -> Any:
+        import tensorflow as tf
+
+        strategy, model, optimizer, gradient_fn = self.strategy, self.model, self.optimizer, self.gradient_fn
+
+        variables = model.trainable_variables
+
+        def replica_gradients(x: Any, y: Any) -> tuple[Any, list[Any]]:
+            return gradient_fn(model, x, y)
+
+        def replica_apply(grads: list[Any]) -> Any:
+            optimizer.apply_gradients(zip(grads, variables))
+            return tf.constant(True)
+
+        @tf.function
+        def step(iterator: Any, target: Any) -> tuple[Any, ...]:
+            start_s = tf.timestamp()
+            x, y = next(iterator)
+            loss, grads = strategy.run(replica_gradients, args=(x, y))
+
+            def apply() -> Any:
+                return tf.reduce_all(strategy.experimental_local_results(strategy.run(replica_apply, args=(grads,))))
+
+            # The gate: once the job's total is reached, a retried closure applies nothing.
+            applied = tf.cond(optimizer.iterations < target, apply, lambda: tf.constant(False))
+            loss = strategy.reduce("MEAN", loss, axis=None)
+            with tf.control_dependencies([loss, applied]):
+                end_s = tf.timestamp()
+            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+            return loss, applied, start_s, end_s, worker
+
+        return step
+
+    def iterations(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    def run_round(self, count: int, target: int, on_done: Callable[[], None]) -> list[_Stamp]:
+        """Schedule ``count`` closures, collect their results in order, then join."""
+        import tensorflow as tf
+
+        target_t = tf.constant(target, dtype=tf.int64)
+        values = [self.coordinator.schedule(self.step_fn, args=(self.iterator, target_t)) for _ in range(count)]
+        stamps = []
+        for value in values:
+            loss, applied, start_s, end_s, worker = value.fetch()
+            stamps.append(_Stamp(float(loss), bool(applied), float(start_s), float(end_s), int(worker)))
+            on_done()
+        self.coordinator.join()
+        return stamps
+
+    def lost_workers(self) -> list[str]:
+        """Workers the coordinator saw fail, or whose server no longer accepts connections."""
+        names = self.cluster.worker_names
+        lost = set()
+        for worker in getattr(getattr(self.coordinator, "_cluster", None), "workers", []):
+            # ClusterCoordinator keeps the last failure per worker (cleared on recovery);
+            # read defensively, it is not public API.
+            if getattr(worker, "_is_dead_with_error", None):
+                lost.add(names[worker.worker_index])
+        lost.update(name for name, addr in self.cluster.workers.items() if not address_reachable(addr))
+        return [name for name in names if name in lost]
+
+
+def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: GradientFn | None = None,
+                 on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None,
+                 round_steps: int | None = None) -> RunResult:
+    """Restore the latest checkpoint, apply exactly ``total_steps - restored`` steps, checkpoint.
+
+    Call at most once per process (see the module docstring); :func:`run_job.run_in_subprocess`
+    does that for you. ``stop_event`` is honoured between rounds (of ``round_steps``, or of
+    ``checkpoint_every_steps``); a stopped run saves a checkpoint and returns what it did.
+    """
+    import tensorflow as tf
+
+    strategy, coordinator = connect(cluster)
+    trainer = _Trainer(spec, cluster, strategy, coordinator, gradient_fn)
+    restored = trainer.restore()
+    target = max(spec.total_steps, restored)
+    to_do = target - restored
+    per_round = min(x for x in (round_steps or 0, spec.checkpoint_every_steps, to_do or 1) if x > 0)
+    stamps: list[_Stamp] = []
+    done = [0]
+    start_wall_s = time.time()
+
+    def on_done() -> None:
+        done[0] += 1
+        if on_progress is not None:
+            on_progress(min(done[0], to_do), to_do, time.time() - start_wall_s)
+
+    scheduled = 0
+    checkpoint_path = None
+    current = restored
+    try:
+        while current < target and not (stop_event is not None and stop_event.is_set()):
+            count = min(per_round, target - current)
+            stamps += trainer.run_round(count, target, on_done)
+            scheduled += count
+            current = trainer.iterations()
+            if spec.checkpoint_every_steps and current < target:
+                checkpoint_path = trainer.save()
+            if scheduled > 2 * to_do + 16 * len(cluster.workers):
+                raise TrainingError(f"Scheduled {scheduled} closures for {to_do} steps without reaching them.",
+                                    hint="check the workers' logs; servers keep failing.")
+    except tf.errors.OpError as exc:
+        raise TrainingError(f"Training failed: {exc.message.splitlines()[0] if exc.message else exc}",
+                            hint="check that the parameter server is alive; resume from the last checkpoint.") from exc
+    end_wall_s = time.time()
+    checkpoint_path = trainer.save() or checkpoint_path
+    return _result(spec, cluster, trainer, stamps, restored, current, start_wall_s, end_wall_s,
+                   checkpoint_path, scheduled)
+
+
+def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamps: list[_Stamp], restored: int,
+            current: int, start_wall_s: float, end_wall_s: float, checkpoint_path: str | None,
+            scheduled: int) -> RunResult:
+    names = cluster.worker_names
+    applied = sorted((s for s in stamps if s.applied), key=lambda s: s.end_s)
+    per_worker = {name: 0 for name in names}
+    for stamp in applied:
+        per_worker[names[stamp.worker_index]] += 1
+    lost = trainer.lost_workers()
+    if lost:
+        log.warning("lost workers during training: %s", ", ".join(lost))
+    return RunResult(
+        steps_applied=current - restored,
+        steps_total=current,
+        steps_restored=restored,
+        steps_per_worker=per_worker,
+        time_s=end_wall_s - start_wall_s,
+        start_wall_s=start_wall_s,
+        end_wall_s=end_wall_s,
+        step_times=[(s.start_s, s.end_s, names[s.worker_index]) for s in applied],
+        final_loss=applied[-1].loss if applied else None,
+        lost_workers=lost,
+        checkpoint_path=checkpoint_path,
+        closures_scheduled=scheduled,
+        warmup_steps=min(spec.warmup_steps, len(applied)),
+    )

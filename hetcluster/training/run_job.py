@@ -1,0 +1,144 @@
+"""Run one training run in a fresh Python process and hand back its RunResult as JSON.
+
+TensorFlow reliably hosts one ParameterServerStrategy cluster per process (see engine.py), and a
+run on another device set needs another cluster, so every run gets its own process:
+
+    python -m hetcluster.training.run_job --job job.json --result result.json [--progress p.jsonl]
+
+``job.json`` is ``{"train": TrainSpec.to_dict(), "cluster": ClusterAddresses.to_dict()}``. The
+result file (written atomically) holds ``RunResult.to_dict()``, or ``{"error": ..., "error_type":
+...}`` with exit code 2. SIGINT/SIGTERM stop the run at the next round boundary and still write a
+checkpoint and the result. The progress file gets one JSON line ``{"done", "to_do", "elapsed_s"}``
+per completed step, for live displays in the parent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from hetcluster.errors import HetclusterError, TrainingError
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
+
+log = logging.getLogger(__name__)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one hetcluster training run.")
+    parser.add_argument("--job", required=True, type=Path)
+    parser.add_argument("--result", required=True, type=Path)
+    parser.add_argument("--progress", type=Path)
+    parser.add_argument("--round-steps", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("HETCLUSTER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    progress_file = open(args.progress, "a", encoding="utf-8") if args.progress else None
+
+    def on_progress(done: int, to_do: int, elapsed_s: float) -> None:
+        if progress_file is not None:
+            progress_file.write(json.dumps({"done": done, "to_do": to_do, "elapsed_s": elapsed_s}) + "\n")
+            progress_file.flush()
+
+    code = 0
+    try:
+        job = json.loads(args.job.read_text(encoding="utf-8"))
+        from hetcluster.training.engine import run_training
+
+        result = run_training(TrainSpec.from_dict(job["train"]), ClusterAddresses.from_dict(job["cluster"]),
+                              on_progress=on_progress, stop_event=stop, round_steps=args.round_steps or None)
+        payload = result.to_dict()
+        payload["stopped"] = stop.is_set()
+    except HetclusterError as exc:
+        payload, code = {"error": str(exc), "error_type": type(exc).__name__}, 2
+    except Exception as exc:  # noqa: BLE001 - report anything to the parent rather than die silently
+        log.exception("training run crashed")
+        payload, code = {"error": f"{type(exc).__name__}: {exc}", "error_type": "TrainingError"}, 2
+    _write_json_atomic(args.result, payload)
+    if progress_file is not None:
+        progress_file.close()
+    sys.stderr.flush()
+    # Skip interpreter teardown: TF's coordinator threads may still wait on lost workers.
+    os._exit(code)
+
+
+def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: float | None = None,
+                      on_progress: Callable[[int, int, float], None] | None = None,
+                      round_steps: int = 0, log_path: Path | None = None) -> RunResult:
+    """Run :func:`engine.run_training` in a child process and return its RunResult.
+
+    Raises TrainingError with the child's error (or log tail) if the run fails or times out.
+    On KeyboardInterrupt the child is asked to stop (it checkpoints) and the interrupt re-raised.
+    """
+    with tempfile.TemporaryDirectory(prefix="hetcluster-run-") as tmp:
+        tmpdir = Path(tmp)
+        job_path, result_path, progress_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "progress.jsonl"
+        job_path.write_text(json.dumps({"train": spec.to_dict(), "cluster": cluster.to_dict()}), encoding="utf-8")
+        progress_path.touch()
+        log_path = log_path or tmpdir / "run.log"
+        cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
+               str(result_path), "--progress", str(progress_path), "--round-steps", str(round_steps)]
+        env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_USE_LEGACY_KERAS="1")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
+            child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            try:
+                while child.poll() is None:
+                    _pump_progress(progress, on_progress)
+                    if deadline and time.monotonic() > deadline:
+                        child.kill()
+                        child.wait()
+                        raise TrainingError(f"Training run exceeded {timeout_s:.0f} s and was killed.",
+                                            hint="raise the timeout or train fewer steps.")
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                child.send_signal(signal.SIGINT)
+                child.wait()
+                raise
+            _pump_progress(progress, on_progress)
+        if not result_path.exists():
+            tail = Path(log_path).read_text(errors="replace")[-1500:]
+            raise TrainingError(f"Training process exited with code {child.returncode} and no result: {tail}",
+                                hint="see the log above; check TensorFlow and the servers.")
+        payload = json.loads(result_path.read_text(encoding="utf-8"))
+    if "error" in payload:
+        raise TrainingError(payload["error"])
+    payload.pop("stopped", None)
+    return RunResult.from_dict(payload)
+
+
+def _pump_progress(progress: "object", on_progress: Callable[[int, int, float], None] | None) -> None:
+    """Hand complete progress lines to ``on_progress``; leave a partial last line for later."""
+    while True:
+        position = progress.tell()  # type: ignore[attr-defined]
+        line = progress.readline()  # type: ignore[attr-defined]
+        if not line.endswith("\n"):
+            progress.seek(position)  # type: ignore[attr-defined]
+            return
+        if on_progress is not None:
+            event = json.loads(line)
+            on_progress(int(event["done"]), int(event["to_do"]), float(event["elapsed_s"]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

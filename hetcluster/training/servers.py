@@ -1,0 +1,111 @@
+"""Local TF server processes (the parameter server, and workers in tests) and port helpers.
+
+The engine starts the parameter server itself on the coordinator host, as a child process
+running ``python -m hetcluster.training.tf_server``; workers normally come from device agents.
+A server is "up" when its ready file appears, which avoids racing on the port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetcluster.errors import TaskError
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "localhost") -> int:
+    """A currently free TCP port on ``host`` (bind to port 0, read it, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_address(host: str = "localhost") -> str:
+    """``host:port`` with a currently free port."""
+    return f"{host}:{free_port(host)}"
+
+
+def address_reachable(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether a TCP connection to ``host:port`` succeeds now (the server process is alive)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass
+class LocalServer:
+    """A ``tf.distribute.Server`` child process for task ``job:index`` of a cluster spec."""
+
+    job: str
+    index: int
+    address: str
+    process: subprocess.Popen
+    log_path: Path
+    _tmpdir: tempfile.TemporaryDirectory = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server (used to simulate a lost device)."""
+        if self.alive():
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; removes the temporary files."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._tmpdir.cleanup()
+
+
+def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
+                       timeout_s: float = 120.0) -> LocalServer:
+    """Start task ``job:index`` as a child process and wait until it listens.
+
+    Raises TaskError (with the child's log tail) if it exits or is not ready within ``timeout_s``.
+    """
+    tmpdir = tempfile.TemporaryDirectory(prefix=f"hetcluster-{job}{index}-")
+    ready = Path(tmpdir.name) / "ready"
+    log_path = Path(tmpdir.name) / "server.log"
+    env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_USE_LEGACY_KERAS="1",
+               TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    cmd = [sys.executable, "-m", "hetcluster.training.tf_server", "--cluster-spec", json.dumps(cluster_spec),
+           "--job", job, "--index", str(index), "--ready-file", str(ready)]
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+    server = LocalServer(job, index, cluster_spec[job][index], process, log_path, tmpdir)
+    deadline = time.monotonic() + timeout_s
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace")[-800:]
+            server.stop()
+            raise TaskError(f"TF server {job}:{index} at {server.address} did not start: {tail.strip()}",
+                            hint="check the port is free and TensorFlow imports in this environment.")
+        time.sleep(0.1)
+    log.info("started %s:%d at %s (pid %d)", job, index, server.address, process.pid)
+    return server

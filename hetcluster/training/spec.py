@@ -1,0 +1,143 @@
+"""Plain data of a training run: where the servers are, what to train, and what happened.
+
+Free of TensorFlow so the CLI, the profiler and the report can build, store and read them cheaply.
+Every type converts to and from JSON-friendly dicts: a run can be executed in a fresh subprocess
+(``python -m hetcluster.training.run_job``), which takes a TrainSpec and writes a RunResult.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hetcluster.errors import ConfigError
+from hetcluster.models.datasets import DataSource
+from hetcluster.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ClusterAddresses:
+    """The servers of one run: named workers, parameter servers, and the chief (this process).
+
+    ``workers`` maps a device name to its TF worker server's ``host:port``; the dict order is the
+    worker task order. ``chief`` is the address the coordinator's own in-process server binds.
+    """
+
+    workers: dict[str, str]
+    ps: list[str]
+    chief: str
+
+    def __post_init__(self) -> None:
+        if not self.workers:
+            raise ConfigError("A training run needs at least one worker.", hint="choose at least one device.")
+        if not self.ps:
+            raise ConfigError("A training run needs at least one parameter server.", hint="give a ps address.")
+        addresses = [*self.workers.values(), *self.ps, self.chief]
+        if len(set(addresses)) != len(addresses):
+            raise ConfigError(f"Server addresses repeat: {addresses}.", hint="give every task its own port.")
+
+    @property
+    def worker_names(self) -> list[str]:
+        return list(self.workers)
+
+    def cluster_spec_dict(self) -> dict[str, list[str]]:
+        """The ``{job: [address, ...]}`` dict for ``tf.train.ClusterSpec``."""
+        return {"chief": [self.chief], "worker": list(self.workers.values()), "ps": list(self.ps)}
+
+    def to_dict(self) -> dict:
+        return {"workers": dict(self.workers), "ps": list(self.ps), "chief": self.chief}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ClusterAddresses":
+        return cls(workers=dict(data["workers"]), ps=list(data["ps"]), chief=str(data["chief"]))
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run: the model and data, how many steps in all, and where checkpoints live.
+
+    ``total_steps`` is the job's total of applied steps *including* those already in the restored
+    checkpoint; the run applies exactly ``total_steps - restored`` more. ``checkpoint_every_steps``
+    = 0 writes only the final checkpoint. ``learning_rate`` drives plain SGD with momentum 0.9.
+    """
+
+    model: ModelSpec
+    total_steps: int
+    data: DataSource = field(default_factory=DataSource)
+    checkpoint_dir: str | None = None
+    checkpoint_every_steps: int = 0
+    max_checkpoints: int = 3
+    learning_rate: float = 0.01
+    warmup_steps: int = 0
+    steps_per_execution: int = 1
+
+    def __post_init__(self) -> None:
+        if self.total_steps < 0:
+            raise ConfigError(f"total_steps={self.total_steps} is negative.", hint="use --total-steps N >= 0.")
+        if self.checkpoint_every_steps < 0 or self.warmup_steps < 0:
+            raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["model"] = self.model.to_dict()
+        data["data"] = self.data.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainSpec":
+        data = dict(data)
+        data["model"] = ModelSpec.from_dict(data["model"])
+        data["data"] = DataSource.from_dict(data.get("data"))
+        return cls(**data)
+
+
+@dataclass
+class RunResult:
+    """What a run did. Times are wall-clock seconds (``time.time()``) on the coordinator.
+
+    ``steps_applied`` is the optimizer's iteration count gained in this run (exact, see
+    docs/training.md); ``steps_total`` the count after it (restored + applied). ``steps_per_worker``
+    counts applied steps whose results came back from each worker; ``step_times`` holds one
+    ``(start_wall_s, end_wall_s, worker_name)`` triple per applied step, stamped by the worker
+    itself (``tf.timestamp()`` inside the step), sorted by end time.
+    """
+
+    steps_applied: int
+    steps_total: int
+    steps_restored: int
+    steps_per_worker: dict[str, int]
+    time_s: float
+    start_wall_s: float
+    end_wall_s: float
+    step_times: list[tuple[float, float, str]]
+    final_loss: float | None
+    lost_workers: list[str]
+    checkpoint_path: str | None
+    closures_scheduled: int = 0
+    warmup_steps: int = 0
+
+    def step_durations_s(self, worker: str | None = None) -> list[float]:
+        """Per-step compute durations (end - start on the worker), warm-up steps excluded."""
+        rows = self.step_times[self.warmup_steps:]
+        return [end - start for start, end, w in rows if worker is None or w == worker]
+
+    @property
+    def steps_per_s(self) -> float:
+        """Throughput after the warm-up steps (the first ``warmup_steps`` completions)."""
+        times = [end for _, end, _ in self.step_times][self.warmup_steps:]
+        if len(times) < 2:
+            return self.steps_applied / self.time_s if self.time_s > 0 else 0.0
+        return (len(times) - 1) / (times[-1] - times[0]) if times[-1] > times[0] else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["step_times"] = [[start, end, w] for start, end, w in self.step_times]
+        data["steps_per_s"] = self.steps_per_s
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunResult":
+        data = dict(data)
+        data.pop("steps_per_s", None)
+        data["step_times"] = [(float(a), float(b), str(w)) for a, b, w in data.get("step_times", [])]
+        return cls(**data)
