@@ -148,16 +148,20 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def test_emulated_busy_child_counts_fully() -> None:
+def test_emulated_busy_child_counts_relative_to_the_share() -> None:
     parent = spawn_parent_of_burner(1.2)
     try:
         time.sleep(0.3)  # interpreters started, the child is spinning
-        source = EmulatedPowerSource(2.0, 10.0, compute_share=0.25, root_pid=parent.pid)
+        small = EmulatedPowerSource(2.0, 10.0, compute_share=0.1, root_pid=parent.pid)
+        large = EmulatedPowerSource(2.0, 10.0, compute_share=4.0, root_pid=parent.pid)
         time.sleep(0.5)
-        sample = source.read()
-        # One spinning child against a quarter-core share: u = cores_used / 0.25, clipped to 1.
-        assert sample.utilization == 1.0
-        assert sample.power_w == pytest.approx(10.0)
+        small_sample, large_sample = small.read(), large.read()
+        # One spinning child uses at most one core (less on a busy host, but well above 0.1):
+        # against a 0.1-core share u = cores_used / 0.1 clips to 1; against 4 cores u <= 1/4.
+        assert small_sample.utilization == 1.0
+        assert small_sample.power_w == pytest.approx(10.0)
+        assert 0.05 < large_sample.utilization <= 0.27
+        assert large_sample.power_w == pytest.approx(2.0 + 8.0 * large_sample.utilization)
     finally:
         stop(parent)
 

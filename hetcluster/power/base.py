@@ -27,7 +27,8 @@ class PowerSample:
 class PowerSource(abc.ABC):
     """One way of knowing a device's power draw."""
 
-    #: short stable name: "rapl", "nvml", "jetson_ina3221", "android_battery", "pi5_pmic", "model", "emulated"
+    #: short stable name: "rapl", "nvml", "jetson_ina3221", "android_battery", "pi5_pmic", "model"
+    #: (modeled, emulated devices included) or parts joined by "+" ("rapl+nvml")
     name: str = ""
     #: False for modeled sources
     measured: bool = True

@@ -70,6 +70,14 @@ def is_not_supported(nvml: Any, error: PowerSourceError) -> bool:
     return cause is not None and getattr(cause, "value", None) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", object())
 
 
+def shutdown_quietly(nvml: Any) -> None:
+    """Balance an nvmlInit; a failing shutdown is only logged (there is nothing left to fix)."""
+    try:
+        nvml_call(nvml, nvml.nvmlShutdown)
+    except PowerSourceError as exc:
+        log.debug("nvmlShutdown failed: %s", exc)
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -101,10 +109,7 @@ def list_nvidia_accelerators(nvml: Any = None) -> list[dict]:
         log.warning("Listing NVIDIA GPUs failed: %s", exc)
         return []
     finally:
-        try:
-            nvml_call(lib, lib.nvmlShutdown)
-        except PowerSourceError as exc:
-            log.debug("nvmlShutdown failed: %s", exc)
+        shutdown_quietly(lib)
 
 
 def probe(nvml: Any = None) -> Availability:
@@ -126,10 +131,7 @@ def probe(nvml: Any = None) -> Availability:
     except PowerSourceError as exc:
         return Availability(NAME, True, False, str(exc))
     finally:
-        try:
-            nvml_call(lib, lib.nvmlShutdown)
-        except PowerSourceError as exc:
-            log.debug("nvmlShutdown failed: %s", exc)
+        shutdown_quietly(lib)
 
 
 class NvmlPowerSource(PowerSource):
@@ -186,7 +188,4 @@ class NvmlPowerSource(PowerSource):
     def close(self) -> None:
         if getattr(self, "_open", False):
             self._open = False
-            try:
-                nvml_call(self._nvml, self._nvml.nvmlShutdown)
-            except PowerSourceError as exc:
-                log.debug("nvmlShutdown failed: %s", exc)
+            shutdown_quietly(self._nvml)
