@@ -1,0 +1,61 @@
+"""The planner: which devices of a heterogeneous fleet should train the job (pure: numpy, pandas,
+scikit-learn loaded lazily; never grpc or tensorflow).
+
+Pipeline (estimate → solve → evaluate, each a pure function of named data):
+
+    DeviceMeasurement, RunMeasurement, JobSpec  (inputs.py, filled by pre-training)
+      → FittedModels.fit: ThroughputModel (throughput.py) + PowerModel (power.py)
+      → estimate(): one DataFrame row per configuration (estimate.py)
+      → choose(table, objective, constraints) → Plan (choose.py); pareto_front(table)
+    plan() runs the whole pipeline and switches to classes / count-vector search for big fleets
+    (search.py).
+
+The model
+---------
+Per device i, pre-training measures the solo throughput r_i (applied steps/s, divided by the
+memory plan's step-time multiplier), busy power P_i and idle power p_i.
+
+Throughput (asynchronous parameter server: every worker pulls variables, computes, pushes
+gradients at its own pace, so fast workers take more steps; they all share the parameter server,
+the coordinator and the links). Each step of worker i costs its solo cycle 1/r_i, which contains
+one exclusive visit of s seconds to the shared resource, plus a queueing wait w(S):
+
+    x_i(S) = 1/(1/r_i + w(S)),   R(S) = Σ_{i∈S} x_i(S),
+    w(S) = s·a·ρ/(1 − a·ρ),  ρ = s·R(S),  a = 1 − 1/|S|     (Bard–Schweitzer closed-network MVA)
+
+so R({i}) = r_i exactly, R ≈ Σ r_i under light load and R → C = 1/s under heavy load, with the
+fast workers slowed most. s is fitted to the measured multi-device runs (aggregate and per-device
+throughputs). A ridge regression on the log-residual corrects what the queue misses when at least
+three multi-device runs exist and leave-one-out shows it helps.
+
+Power: P(S) = γ·Σ_{i∈S} [p_i + (P_i − p_i)·u_i] with utilisation u_i = x_i/r_i (waiting devices
+draw less), + Σ_{i∉S} p_i when idle devices count; or Σ P_i when the runs say so; γ corrects a
+systematic multi-device difference.
+
+Job: T = t_pre + (N − N_pre)/R;  E = E_pre + P·(N − N_pre)/R;  EDP = E·T.
+
+Uncertainty: solo measurement spread propagated through the utilisations, plus the leave-one-out
+relative error of the throughput (and power) model for multi-device configurations.
+
+Which errors matter for which objective: `power` depends only on measured powers (and u_i);
+`energy` without idle power mostly on the energy per step of the most efficient devices (solo
+measurements); `time` and `edp` on the contention model, which is why s is fitted from runs.
+"""
+
+from hetcluster.planner.choose import Plan, choose, pareto_front
+from hetcluster.planner.configurations import class_configurations, enumerate_configurations
+from hetcluster.planner.constraints import Constraint, Deadline, Exclude, MaxEnergy, MaxPower, MemoryFit, Require
+from hetcluster.planner.estimate import FittedModels, estimate
+from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement
+from hetcluster.planner.objectives import EDP, Energy, Objective, Power, Time, get_objective
+from hetcluster.planner.power import PowerModel
+from hetcluster.planner.search import plan
+from hetcluster.planner.throughput import ThroughputModel
+from hetcluster.planner.traces import load_trace, write_trace
+
+__all__ = [
+    "Constraint", "Deadline", "DeviceMeasurement", "EDP", "Energy", "Exclude", "FittedModels", "JobSpec",
+    "MaxEnergy", "MaxPower", "MemoryFit", "Objective", "Plan", "Power", "PowerModel", "Require",
+    "RunMeasurement", "ThroughputModel", "Time", "choose", "class_configurations", "enumerate_configurations",
+    "estimate", "get_objective", "load_trace", "pareto_front", "plan", "write_trace",
+]

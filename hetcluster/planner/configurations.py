@@ -1,0 +1,107 @@
+"""Configurations as numbers: bit masks over devices, or count vectors over device classes.
+
+A configuration is a non-empty subset of the fleet. With n distinct devices it is a bit mask in
+1..2^n-1; with identical devices grouped into classes it is a vector of how many of each class
+join (Π(c_k+1)-1 of them). Both become a weight matrix W (configurations × units) so that every
+sum over members is a matrix product, computed once for all configurations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetcluster.errors import PlanningError
+
+MAX_EXACT_DEVICES = 62  # masks are int64
+
+
+def enumerate_configurations(n: int) -> np.ndarray:
+    """All non-empty subsets of n devices as int64 bit masks 1..2^n-1 (bit i = device i)."""
+    if n < 1:
+        raise PlanningError(f"Cannot enumerate configurations of {n} devices.", hint="give at least one device.")
+    if n > MAX_EXACT_DEVICES:
+        raise PlanningError(
+            f"{n} devices are too many to enumerate subsets exactly.",
+            hint="give identical devices a class_key so they are grouped into classes.",
+        )
+    return np.arange(1, 1 << n, dtype=np.int64)
+
+
+def class_configurations(counts) -> np.ndarray:
+    """All non-zero count vectors k with 0 <= k_c <= counts[c]: (Π(c+1)-1) × len(counts) int64.
+
+    Mixed-radix enumeration with the first class varying fastest, the zero vector left out.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.ndim != 1 or counts.size == 0 or np.any(counts < 0):
+        raise PlanningError(f"Class counts must be a non-empty list of non-negative integers, got {counts!r}.")
+    radices = counts + 1
+    total = int(np.prod(radices.astype(object)))
+    if total > 50_000_000:
+        raise PlanningError(
+            f"{total - 1} class configurations are too many to enumerate.",
+            hint="use planner.plan(), which searches count vectors instead of listing them all.",
+        )
+    index = np.arange(1, total, dtype=np.int64)
+    out = np.empty((index.size, counts.size), dtype=np.int64)
+    for c, radix in enumerate(radices):
+        out[:, c] = index % radix
+        index //= radix
+    return out
+
+
+def count_class_configurations(counts) -> int:
+    """Π(c_k+1)-1 as an exact Python int (may be astronomically large)."""
+    total = 1
+    for c in counts:
+        total *= int(c) + 1
+    return total - 1
+
+
+def membership(masks: np.ndarray, n: int, dtype=np.float64) -> np.ndarray:
+    """Bit masks → 0/1 weight matrix (len(masks) × n)."""
+    bits = (masks[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
+    return bits.astype(dtype)
+
+
+def _object_array(items: list) -> np.ndarray:
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    return arr
+
+
+def names_for_masks(masks: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """Object array of name tuples, one per mask, built 10 bits at a time by tuple concatenation.
+
+    Looking up pre-built tuples for each 10-bit chunk and adding the object arrays keeps the
+    per-configuration work in numpy's C loop (a Python loop over 2^20 masks would take seconds).
+    """
+    masks = np.asarray(masks, dtype=np.int64)
+    result = None
+    for start in range(0, len(names), 10):
+        chunk = names[start:start + 10]
+        table = _object_array([tuple(chunk[i] for i in range(len(chunk)) if v >> i & 1) for v in range(1 << len(chunk))])
+        part = table[(masks >> start) & ((1 << len(chunk)) - 1)]
+        result = part if result is None else result + part
+    if result is None:
+        return _object_array([() for _ in range(len(masks))])
+    return result
+
+
+def names_for_counts(counts: np.ndarray, members: tuple[tuple[str, ...], ...]) -> np.ndarray:
+    """Object array of concrete device-name tuples: the first k_c members of each class c."""
+    result = _object_array([() for _ in range(counts.shape[0])])
+    for c, names in enumerate(members):
+        prefixes = _object_array([tuple(names[:k]) for k in range(len(names) + 1)])
+        result = result + prefixes[counts[:, c]]
+    return result
+
+
+def labels_for_counts(counts: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """Object array of class summaries such as ("jetson-nano×3", "server×1")."""
+    result = _object_array([() for _ in range(counts.shape[0])])
+    for c, label in enumerate(labels):
+        top = int(counts[:, c].max()) if counts.shape[0] else 0
+        table = _object_array([(f"{label}×{k}",) if k else () for k in range(top + 1)])
+        result = result + table[counts[:, c]]
+    return result

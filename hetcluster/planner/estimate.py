@@ -1,0 +1,169 @@
+"""Estimate: one row of predictions per configuration (the planner's only table).
+
+    T(S) = t_pretrain + (N − N_pre) / R(S)                   time_s (memory-plan slowdown is in R)
+    P(S) = see power.py                                       power_w
+    E(S) = E_pretrain + P(S) · (N − N_pre) / R(S)             energy_j (pre-training energy is the
+                                                              same for every row: already spent)
+    EDP  = E(S) · T(S)                                        edp_js
+
+Relative uncertainties: σ_T = σ_R on the remaining part; σ_E = sqrt(σ_P² + σ_R²) on the remaining
+part; σ_EDP = σ_E + σ_T (relative, added rather than in quadrature because E and T share the
+throughput error).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hetcluster.errors import PlanningError
+from hetcluster.planner.configurations import (
+    count_class_configurations,
+    class_configurations,
+    enumerate_configurations,
+    labels_for_counts,
+    membership,
+    names_for_counts,
+    names_for_masks,
+)
+from hetcluster.planner.fleet import Units
+from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement, validate_inputs
+from hetcluster.planner.power import PowerModel
+from hetcluster.planner.throughput import ThroughputModel
+
+log = logging.getLogger(__name__)
+
+EXACT_MAX_DEVICES = 20
+MAX_TABLE_ROWS = 4_000_000
+
+
+@dataclass(frozen=True)
+class FittedModels:
+    """Everything estimation needs, fitted once before any configuration is evaluated."""
+
+    throughput: ThroughputModel
+    power: PowerModel
+    job: JobSpec
+
+    @classmethod
+    def fit(cls, devices, runs, job: JobSpec, *, use_regression: bool | None = None) -> "FittedModels":
+        devices, runs = tuple(devices), tuple(runs)
+        validate_inputs(devices, runs, job)
+        throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
+        return cls(throughput, PowerModel.fit(throughput, runs), job)
+
+
+def weights_of(units: Units, configs: np.ndarray) -> np.ndarray:
+    """Bit masks (device units) or count vectors (class units) → float weight matrix."""
+    if units.is_classes:
+        return np.asarray(configs, dtype=np.float64)
+    return membership(np.asarray(configs, dtype=np.int64), units.size)
+
+
+def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12) -> dict[str, np.ndarray]:
+    """Predict every column for configurations (masks or count vectors), chunk by chunk so the
+    weight matrices stay small and in cache."""
+    parts = [
+        _evaluate_weights(models, units, weights_of(units, configs[start:start + chunk_rows]))
+        for start in range(0, len(configs), chunk_rows)
+    ]
+    if not parts:
+        raise PlanningError("No configurations to evaluate.")
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
+    job = models.job
+    steps, rel_r, q, factor = models.throughput.predict_weights(
+        weights, units, units.busy_power_w - units.idle_power_w
+    )
+    power, rel_p = models.power.predict(weights, units, q.weighted_util, factor, job.idle_power_counts)
+    remaining_s = job.remaining_steps / steps
+    time_s = job.pretrain_time_s + remaining_s
+    rest_j = power * remaining_s
+    energy_j = job.pretrain_energy_j + rest_j
+    fits = ~((weights > 0) & ~units.memory_fits[None, :]).any(axis=1)
+    time_std = remaining_s * rel_r
+    energy_std = rest_j * np.sqrt(rel_p ** 2 + rel_r ** 2)
+    rel_t = time_std / time_s
+    rel_e = energy_std / np.maximum(energy_j, 1e-300)
+    return {
+        "n_workers": weights.sum(axis=1).astype(np.int64),
+        "steps_per_s": steps,
+        "steps_per_s_std": steps * rel_r,
+        "time_s": time_s,
+        "time_s_std": time_std,
+        "power_w": power,
+        "power_w_std": power * rel_p,
+        "energy_j": energy_j,
+        "energy_j_std": energy_std,
+        "edp_js": energy_j * time_s,
+        "edp_js_std": energy_j * time_s * (rel_e + rel_t),  # E and T share the throughput error
+        "memory_fits": fits,
+    }
+
+
+def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The estimate DataFrame for masks (device units) or count vectors (class units)."""
+    if units.is_classes:
+        head = {
+            "devices": names_for_counts(configs, units.members),
+            "classes": labels_for_counts(configs, units.labels),
+        }
+    else:
+        head = {"devices": names_for_masks(configs, units.labels), "mask": configs}
+    table = pd.DataFrame({**head, **columns})
+    table.attrs["mode"] = "classes" if units.is_classes else "devices"
+    table.attrs["device_names"] = units.labels if not units.is_classes else tuple(n for m in units.members for n in m)
+    return table
+
+
+def resolve_mode(n_devices: int, mode: str) -> bool:
+    """True for class aggregation. mode: auto (classes when n > 20) | devices | classes."""
+    if mode not in ("auto", "devices", "classes"):
+        raise PlanningError(f"Unknown planning mode {mode!r}.", hint="use auto, devices or classes.")
+    if mode == "devices" and n_devices > EXACT_MAX_DEVICES + 4:
+        raise PlanningError(
+            f"Exact enumeration of {n_devices} devices ({2 ** n_devices - 1} configurations) is too large.",
+            hint="use mode 'classes' and give identical devices the same class_key.",
+        )
+    return mode == "classes" or (mode == "auto" and n_devices > EXACT_MAX_DEVICES)
+
+
+def estimate(
+    devices,
+    runs,
+    job: JobSpec,
+    *,
+    mode: str = "auto",
+    models: FittedModels | None = None,
+    first: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Predict time, power, energy and EDP (with stds) for every configuration of the fleet.
+
+    `first` orders devices inside a class (required devices picked first). Raises PlanningError
+    when class aggregation still leaves too many count vectors: use planner.plan() there.
+    """
+    devices = tuple(devices)
+    models = models or FittedModels.fit(devices, runs, job)
+    classes = resolve_mode(len(devices), mode)
+    if classes:
+        from hetcluster.planner.fleet import class_units
+
+        units = class_units(devices, first=first)
+        total = count_class_configurations(units.counts)
+        if total > MAX_TABLE_ROWS:
+            raise PlanningError(
+                f"{len(devices)} devices in {units.size} classes have {total} configurations, too many to list.",
+                hint="use planner.plan() with an objective (it searches count vectors), or group more devices into classes.",
+            )
+        configs = class_configurations(units.counts)
+    else:
+        units = models.throughput.units(classes=False)
+        configs = enumerate_configurations(units.size)
+    columns = evaluate(models, units, configs)
+    log.debug("estimated %d configurations (%s)", len(configs), "classes" if classes else "devices")
+    return table_from(units, configs, columns)

@@ -1,0 +1,105 @@
+"""The data the planner searches over: what pre-training measured, and what the job asks.
+
+These dataclasses are the contract between the profiling phase (which fills them from real
+measurements) and the planner (which only reads them). They are validated once, here, so the
+estimation code can assume finite, positive numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hetcluster.errors import PlanningError
+
+
+@dataclass(frozen=True)
+class DeviceMeasurement:
+    """One device measured alone during pre-training."""
+
+    name: str
+    steps_per_s: float            # solo throughput (applied steps/s when training alone), warm-up excluded
+    busy_power_w: float           # mean power while training alone
+    idle_power_w: float           # mean power while idle
+    memory_fits: bool = True      # filled from the memory scheduler's plan
+    memory_slowdown: float = 1.0  # step-time multiplier of the memory plan (enters the time estimate)
+    class_key: str | None = None  # identical devices share a key (class aggregation)
+    steps_per_s_std: float = 0.0  # spread of the solo measurement (for uncertainty)
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    """One measured pre-training run of a set of devices together."""
+
+    devices: tuple[str, ...]
+    steps: int
+    time_s: float                 # warm-up excluded
+    steps_per_s: float            # aggregate applied steps/s
+    power_w: float                # summed mean power of the participating devices
+    per_device_steps: dict[str, int] = field(default_factory=dict)
+    per_device_power_w: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The whole job: how many steps, and what pre-training already did of it."""
+
+    total_steps: int
+    pretrain_steps: int = 0       # steps already done in pre-training (count toward the job)
+    pretrain_time_s: float = 0.0
+    idle_power_counts: bool = False   # idle devices' power counts toward a configuration's power
+    pretrain_energy_j: float = 0.0
+
+    @property
+    def remaining_steps(self) -> int:
+        """Steps still to train after pre-training (never negative)."""
+        return max(0, int(self.total_steps) - int(self.pretrain_steps))
+
+
+def _positive_finite(value: float, what: str, hint: str) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise PlanningError(f"{what} must be a positive finite number, got {value!r}.", hint=hint)
+
+
+def _nonnegative_finite(value: float, what: str, hint: str) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise PlanningError(f"{what} must be a non-negative finite number, got {value!r}.", hint=hint)
+
+
+def validate_inputs(
+    devices: tuple[DeviceMeasurement, ...] | list[DeviceMeasurement],
+    runs: tuple[RunMeasurement, ...] | list[RunMeasurement],
+    job: JobSpec,
+) -> None:
+    """Reject inputs the model cannot use, with a message naming the device or run."""
+    fix = "re-run pre-training (`hetcluster profile`) or fix the profile file."
+    if not devices:
+        raise PlanningError("No device measurements were given.", hint="profile at least one device.")
+    names = [d.name for d in devices]
+    if len(set(names)) != len(names):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise PlanningError(f"Duplicate device names in the measurements: {', '.join(dupes)}.", hint=fix)
+    for d in devices:
+        _positive_finite(d.steps_per_s, f"steps_per_s of device {d.name!r}", fix)
+        _nonnegative_finite(d.busy_power_w, f"busy_power_w of device {d.name!r}", fix)
+        _nonnegative_finite(d.idle_power_w, f"idle_power_w of device {d.name!r}", fix)
+        _nonnegative_finite(d.steps_per_s_std, f"steps_per_s_std of device {d.name!r}", fix)
+        _positive_finite(d.memory_slowdown, f"memory_slowdown of device {d.name!r}", fix)
+    known = set(names)
+    for run in runs:
+        unknown = [n for n in run.devices if n not in known]
+        if unknown:
+            raise PlanningError(
+                f"Run of {'+'.join(run.devices)} names unmeasured devices: {', '.join(unknown)}.",
+                hint="measure every device alone before multi-device runs, or drop the run.",
+            )
+        if not run.devices:
+            raise PlanningError("A run measurement lists no devices.", hint=fix)
+        _positive_finite(run.steps_per_s, f"steps_per_s of run {'+'.join(run.devices)}", fix)
+        _nonnegative_finite(run.power_w, f"power_w of run {'+'.join(run.devices)}", fix)
+    if int(job.total_steps) <= 0:
+        raise PlanningError(f"total_steps must be positive, got {job.total_steps}.", hint="pass --total-steps N with N > 0.")
+    _nonnegative_finite(job.pretrain_time_s, "pretrain_time_s", fix)
+    _nonnegative_finite(job.pretrain_energy_j, "pretrain_energy_j", fix)
+    if int(job.pretrain_steps) < 0:
+        raise PlanningError(f"pretrain_steps must be >= 0, got {job.pretrain_steps}.", hint=fix)

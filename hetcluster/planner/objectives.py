@@ -1,0 +1,50 @@
+"""Objectives as objects: each names the column it minimises and the column of its uncertainty."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hetcluster.errors import PlanningError
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Minimise `column`; ties go to fewer workers, then to less energy."""
+
+    name: str
+    column: str
+    std_column: str
+    unit: str
+
+    def values(self, table: pd.DataFrame) -> np.ndarray:
+        return table[self.column].to_numpy(dtype=np.float64)
+
+    def order(self, table: pd.DataFrame) -> np.ndarray:
+        """Row positions, best first."""
+        values = self.values(table)
+        order = np.argsort(values, kind="stable")
+        ranked = values[order]
+        if np.any(ranked[1:] == ranked[:-1]):  # exact ties (e.g. power of equal devices): full sort
+            order = np.lexsort((table["energy_j"].to_numpy(), table["n_workers"].to_numpy(), values))
+        return order
+
+
+Time = Objective("time", "time_s", "time_s_std", "s")
+Power = Objective("power", "power_w", "power_w_std", "W")
+Energy = Objective("energy", "energy_j", "energy_j_std", "J")
+EDP = Objective("edp", "edp_js", "edp_js_std", "J·s")
+
+OBJECTIVES = {o.name: o for o in (Time, Power, Energy, EDP)}
+
+
+def get_objective(name: str | Objective) -> Objective:
+    """`time`, `power`, `energy` or `edp` (case-insensitive) → the Objective."""
+    if isinstance(name, Objective):
+        return name
+    key = str(name).strip().lower()
+    if key not in OBJECTIVES:
+        raise PlanningError(f"Unknown objective {name!r}.", hint=f"use one of: {', '.join(OBJECTIVES)}.")
+    return OBJECTIVES[key]

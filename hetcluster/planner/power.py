@@ -1,0 +1,81 @@
+"""Power P(S) of a configuration while it trains, calibrated on multi-device runs.
+
+A device's power rises from idle p_i to its solo busy power P_i in proportion to how busy it is.
+Under contention a worker waits at the shared resource part of each step, so its utilisation is
+u_i = x_i(S)/r_i = 1/(1 + w(S)·r_i) (from the throughput model) and
+
+    P(S) = γ_n · Σ_{i∈S} [p_i + (P_i − p_i)·u_i]  (+ Σ_{i∉S} p_i when idle devices count)
+
+("utilisation" form). The "flat" form Σ_{i∈S} P_i ignores waiting. Whichever predicts the measured
+multi-device runs better is used (utilisation when there is nothing to compare, which equals flat
+when no contention was measured). γ_n (1 for one device) is a multiplicative correction for a
+systematic difference in multi-device runs: the geometric mean of measured/predicted, shrunk
+towards 1 by k/(k+1) for k runs. Relative uncertainty: the RMS of the remaining log-residuals
+(prior 0.10 with fewer than two multi-device runs; 0 for one device, which was measured).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetcluster.planner.fleet import Units, device_units, run_weights
+from hetcluster.planner.inputs import RunMeasurement
+from hetcluster.planner.throughput import ThroughputModel
+
+log = logging.getLogger(__name__)
+
+PRIOR_POWER_STD = 0.10
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    form: str = "utilisation"     # or "flat"
+    multi_factor: float = 1.0     # γ for configurations of more than one device
+    model_std: float = PRIOR_POWER_STD
+
+    @classmethod
+    def fit(cls, throughput: ThroughputModel, runs=()) -> "PowerModel":
+        multi = [r for r in runs if len(r.devices) > 1 and r.power_w > 0]
+        if not multi:
+            return cls()
+        units = device_units(throughput.devices)
+        W = run_weights(units, [r.devices for r in multi])
+        measured = np.array([r.power_w for r in multi])
+        best = None
+        for form in ("utilisation", "flat"):
+            pred = cls(form=form).raw_power(throughput, W, units)
+            resid = np.log(measured) - np.log(np.maximum(pred, 1e-12))
+            k = resid.size
+            shift = resid.mean() * k / (k + 1.0)
+            rest = resid - shift
+            score = float(np.sqrt(np.mean(rest ** 2)))
+            if best is None or score < best[0] - 1e-9:
+                best = (score, form, float(np.exp(shift)))
+        score, form, gamma = best
+        std = max(score * np.sqrt(len(multi) / max(len(multi) - 1, 1)), 0.01) if len(multi) >= 2 else PRIOR_POWER_STD
+        log.info("power model: form=%s, multi-device factor=%.3f, std=%.3f", form, gamma, std)
+        return cls(form=form, multi_factor=gamma, model_std=std)
+
+    def raw_power(self, throughput: ThroughputModel, weights: np.ndarray, units: Units) -> np.ndarray:
+        """Σ over members only (no γ, no idle devices) — used to fit γ and the form."""
+        _, _, q, factor = throughput.predict_weights(weights, units, units.busy_power_w - units.idle_power_w)
+        return self.combine(weights, units, q.weighted_util, factor)
+
+    def combine(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        if self.form == "flat":
+            return weights @ units.busy_power_w
+        return weights @ units.idle_power_w + weighted_util * np.minimum(factor, 1.0)
+
+    def predict(self, weights, units, weighted_util, factor, idle_power_counts: bool):
+        """(power_w, relative std) for each configuration."""
+        n = weights.sum(axis=1)
+        members = self.combine(weights, units, weighted_util, factor)
+        members = np.where(n > 1, members * self.multi_factor, members)
+        total = members
+        if idle_power_counts:
+            total = members + (units.counts @ units.idle_power_w - weights @ units.idle_power_w)
+        rel = np.where(n > 1, self.model_std * members / np.maximum(total, 1e-300), 0.0)
+        return total, rel

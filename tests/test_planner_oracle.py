@@ -1,0 +1,79 @@
+"""Class aggregation and the count-vector search against brute force over every device subset.
+
+Random seeded fleets with identical-device classes (SkyPilot's test_optimizer_random_dag idea):
+the best objective value and the chosen counts per class must match exhaustive enumeration.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from hetcluster.planner import (
+    Deadline,
+    DeviceMeasurement,
+    FittedModels,
+    JobSpec,
+    MaxPower,
+    RunMeasurement,
+    plan,
+)
+from hetcluster.errors import InfeasibleError
+
+
+def random_fleet(seed: int):
+    rng = np.random.default_rng(seed)
+    n_classes = int(rng.integers(2, 5))
+    devices = []
+    for c in range(n_classes):
+        rate = float(rng.uniform(0.5, 20.0))
+        idle = float(rng.uniform(1.0, 30.0))
+        busy = idle + float(rng.uniform(1.0, 60.0))
+        for j in range(int(rng.integers(1, 5))):
+            devices.append(DeviceMeasurement(f"c{c}-{j}", rate, busy, idle, class_key=f"c{c}"))
+    devices = devices[:12]
+    names = [d.name for d in devices]
+    # one contended multi-device run so the queue model has a non-zero service time
+    chosen = tuple(rng.choice(names, size=min(len(names), 4), replace=False))
+    demand = sum(d.steps_per_s for d in devices if d.name in chosen)
+    runs = (RunMeasurement(chosen, 200, 10.0, demand * float(rng.uniform(0.5, 0.95)), 50.0),)
+    job = JobSpec(total_steps=5000, pretrain_steps=200, pretrain_time_s=30.0,
+                  idle_power_counts=bool(rng.integers(0, 2)), pretrain_energy_j=900.0)
+    return devices, runs, job
+
+
+def class_counts(plan_result) -> Counter:
+    return Counter(name.split("-")[0] for name in plan_result.chosen)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("objective", ["time", "power", "energy", "edp"])
+def test_classes_and_search_match_brute_force(seed, objective):
+    devices, runs, job = random_fleet(seed)
+    models = FittedModels.fit(devices, runs, job)
+    exact = plan(devices, runs, job, objective, mode="devices", models=models)
+    grouped = plan(devices, runs, job, objective, mode="classes", models=models)
+    searched = plan(devices, runs, job, objective, mode="classes", models=models, search=True)
+    best = exact.table[exact.objective.column].iloc[0]
+    for other in (grouped, searched):
+        assert other.table[other.objective.column].iloc[0] == pytest.approx(best, rel=1e-6)
+        assert class_counts(other) == class_counts(exact)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_constrained_search_matches_brute_force(seed):
+    devices, runs, job = random_fleet(100 + seed)
+    models = FittedModels.fit(devices, runs, job)
+    free = plan(devices, runs, job, "time", mode="devices", models=models)
+    # a deadline and power cap that bind: a middle row's values
+    middle = free.table.iloc[len(free.table) // 2]
+    constraints = (Deadline(float(middle["time_s"]) * 1.5), MaxPower(float(middle["power_w"]) * 1.2))
+    try:
+        exact = plan(devices, runs, job, "edp", constraints, mode="devices", models=models)
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            plan(devices, runs, job, "edp", constraints, mode="classes", models=models, search=True)
+        return
+    searched = plan(devices, runs, job, "edp", constraints, mode="classes", models=models, search=True)
+    assert searched.table["edp_js"].iloc[0] == pytest.approx(exact.table["edp_js"].iloc[0], rel=1e-6)
+    assert class_counts(searched) == class_counts(exact)
