@@ -1,0 +1,78 @@
+"""StartTask / GetTaskStatus / StopTask with a real tf.distribute.Server child process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from hetcluster.agent.client import AgentClient
+from hetcluster.agent.server import AgentServer
+from hetcluster.agent.tasks import TaskSupervisor
+from test_agent_server import RampSource, make_config  # tests/ is on sys.path (rootdir conftest)
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+
+@pytest.fixture(scope="module")
+def creds(tmp_path_factory):
+    from hetcluster.agent.credentials import generate_credentials
+
+    return generate_credentials(tmp_path_factory.mktemp("creds"))
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_start_status_stop_a_real_tf_server(tmp_path, creds):
+    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    try:
+        with AgentClient(server.address, token_file=creds.token) as client:
+            worker = client.reserve_port()
+            ps = client.reserve_port()
+            spec = {"worker": [worker], "ps": [ps]}
+            started = client.start_task("worker", 0, spec, task_id="w0")
+            assert started.task_id == "w0" and started.address == worker and started.pid > 0
+            assert started.state in ("starting", "running")
+            running = wait_for(lambda: next((t for t in client.task_status("w0") if t.state == "running"), None), 60, "RUNNING")
+            assert running.rss_bytes > 10_000_000 and running.cpu_time_s > 0 and running.uptime_s > 0
+            assert psutil.pid_exists(running.pid)
+            assert [t.task_id for t in client.task_status()] == ["w0"]
+
+            stopped = client.stop_task("w0", grace_s=5)
+            assert stopped.state == "stopped" and stopped.exit_code is not None
+            assert not psutil.pid_exists(running.pid) or psutil.Process(running.pid).status() == psutil.STATUS_ZOMBIE
+            with pytest.raises(ProcessLookupError):
+                os.killpg(running.pid, 0)  # nothing left in its process group
+    finally:
+        server.stop()
+
+
+def test_a_task_that_fails_reports_its_stderr_tail(tmp_path):
+    supervisor = TaskSupervisor(tmp_path)
+    # handlers.py only lets "grpc" through; the supervisor itself passes any protocol to TF,
+    # which refuses an unknown one, so the child exits non-zero with the reason in its log
+    task = supervisor.start("worker", 0, {"worker": ["127.0.0.1:2222"]}, task_id="bad", protocol="no-such-protocol")
+    info = wait_for(lambda: next((t for t in supervisor.status("bad") if not t.alive), None), 60, "the bad task to exit")
+    assert info.state == "failed" and info.exit_code not in (None, 0)
+    assert "no-such-protocol" in info.message  # the tail of its log
+    assert task.pid == info.pid
+
+
+def test_stopping_the_agent_stops_its_tasks(tmp_path, creds):
+    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    with AgentClient(server.address, token_file=creds.token) as client:
+        address = client.reserve_port()
+        pid = client.start_task("ps", 0, {"ps": [address]}, task_id="ps0").pid
+        wait_for(lambda: client.task_status("ps0")[0].state == "running", 60, "RUNNING")
+    server.stop()
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 15, "task gone")
