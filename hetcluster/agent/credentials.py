@@ -70,7 +70,7 @@ def generate_credentials(
     if not overwrite:
         existing = [str(p) for p in vars(paths).values() if p.exists()]
         if existing:
-            raise CredentialsError(f"credentials already exist: {', '.join(existing)}.", hint="pick another --out folder.")
+            raise CredentialsError(f"credentials already exist: {', '.join(existing)}.", hint="pick another --out folder, or pass --force to overwrite them.")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
