@@ -116,6 +116,11 @@ class RunResult:
     closures_scheduled: int = 0
     warmup_steps: int = 0
 
+    @property
+    def steps_unattributed(self) -> int:
+        """Updates applied by a worker that died before its result came back (not in steps_per_worker)."""
+        return self.steps_applied - sum(self.steps_per_worker.values())
+
     def step_durations_s(self, worker: str | None = None) -> list[float]:
         """Per-step compute durations (end - start on the worker), warm-up steps excluded."""
         rows = self.step_times[self.warmup_steps:]
@@ -133,11 +138,13 @@ class RunResult:
         data = asdict(self)
         data["step_times"] = [[start, end, w] for start, end, w in self.step_times]
         data["steps_per_s"] = self.steps_per_s
+        data["steps_unattributed"] = self.steps_unattributed
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunResult":
         data = dict(data)
         data.pop("steps_per_s", None)
+        data.pop("steps_unattributed", None)
         data["step_times"] = [(float(a), float(b), str(w)) for a, b, w in data.get("step_times", [])]
         return cls(**data)
