@@ -1,0 +1,95 @@
+"""`hetcluster memplan`: the memory plan of a model on one device under a budget.
+
+Thin: parses options, calls hetcluster.memory, prints a table or JSON and optionally plots the
+memory per step of every technique. TensorFlow is imported only to build the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def memplan(
+    model: str = typer.Option(..., "--model", help="Registry model: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Per-worker batch size."),
+    budget: str = typer.Option(..., "--budget", help="Device memory budget: 1GiB, 512MiB, 2GB or bytes."),
+    input_shape: str = typer.Option("224x224x3", "--input-shape", help="HxWxC."),
+    classes: int = typer.Option(1000, "--classes", min=2, help="Output classes."),
+    device_kind: str = typer.Option("cpu", "--device-kind", help="cpu, unified or discrete-gpu (offload only on discrete-gpu)."),
+    optimizer: str = typer.Option("sgd-momentum", "--optimizer", help="Optimizer whose slots count: sgd, sgd-momentum, adam, ..."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write memory per step of every technique to this PNG."),
+    output_format: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Choose the least intrusive memory plan (liveness, offload, recomputation) that fits the budget."""
+    from hetcluster.errors import ConfigError
+    from hetcluster.memory.budget import parse_bytes
+    from hetcluster.memory.cost import DEVICE_KINDS, Overheads
+    from hetcluster.models.spec import check_model_input, parse_input_shape
+
+    if output_format not in ("table", "json"):
+        raise ConfigError(f"Unknown format {output_format!r}.", hint="use --format table or --format json.")
+    if device_kind not in DEVICE_KINDS:
+        raise ConfigError(f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}.")
+    budget_bytes = parse_bytes(budget)
+    shape = parse_input_shape(input_shape)
+    check_model_input(model, shape)
+    overheads = Overheads(optimizer=optimizer)
+
+    from hetcluster.memory.fit import plan_for
+
+    plan = plan_for(model, batch_size, budget_bytes, device_kind, input_shape=shape, classes=classes,
+                    overheads=overheads)
+    if plot is not None:
+        from hetcluster.memory.plot import plot_timelines
+
+        plot_timelines(plan, plot)
+    if output_format == "json":
+        typer.echo(json.dumps(plan.to_dict(), indent=2))
+    else:
+        _print_table(plan)
+    if plot is not None and output_format != "json":
+        typer.echo(f"plot written to {plot}")
+
+
+def _print_table(plan) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    verdict = "[green]fits[/green]" if plan.fits else "[red]does not fit[/red]"
+    console.print(f"{plan.model}, batch {plan.batch_size}, {plan.device_kind}: budget {_mib(plan.budget_bytes)} — "
+                  f"{verdict} with [bold]{plan.technique}[/bold], predicted peak {_mib(plan.predicted_peak_bytes)}, "
+                  f"slowdown {plan.predicted_slowdown:.1%} (fixed {_mib(plan.fixed_bytes)}: weights, gradients, "
+                  f"{plan.optimizer} slots, runtime)")
+    peaks = Table(title="predicted peak per technique")
+    peaks.add_column("technique")
+    peaks.add_column("peak", justify="right")
+    peaks.add_column("vs baseline", justify="right")
+    for name, value in plan.technique_peaks.items():
+        usable = plan.device_kind == "discrete-gpu" or "offload" not in name
+        peaks.add_row(name + ("" if usable else " (n/a on this device)"), _mib(value),
+                      f"{value / plan.baseline_peak_bytes:.2f}")
+    console.print(peaks)
+    if plan.segments or plan.offloaded:
+        actions = Table(title="actions")
+        actions.add_column("action")
+        actions.add_column("layers")
+        for seg in plan.segments:
+            actions.add_row(f"recompute ({seg.mode}-centric)", ", ".join(seg.layers))
+        if plan.offloaded:
+            actions.add_row("offload to host", ", ".join(plan.offloaded))
+        console.print(actions)
+    else:
+        console.print("actions: none (every layer keeps its tensors as plain TensorFlow does)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("memplan")(memplan)

@@ -1,0 +1,55 @@
+"""Memory fit of a model on a device, for the planner's memory-fit column and the CLI.
+
+Importing this module is cheap; a model *name* is turned into a layer graph by building the
+tf_keras model (TensorFlow imported then), once per (name, input shape, classes) per process.
+Graphs are extracted at batch 1 and scaled, since activations and FLOPs are linear in the batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from hetcluster.memory.cost import Overheads
+from hetcluster.memory.graph import LayerGraph
+from hetcluster.memory.plan import MemoryPlan, plan_for_budget
+
+DEFAULT_INPUT_SHAPE = (224, 224, 3)
+
+
+def build_keras_model(name: str, input_shape: tuple[int, int, int], classes: int) -> Any:
+    """The registry's model (random weights); imports TensorFlow."""
+    from hetcluster.models.registry import build_model
+
+    return build_model(name, input_shape=input_shape, classes=classes)
+
+
+@functools.lru_cache(maxsize=16)
+def _graph_at_batch_one(name: str, input_shape: tuple[int, int, int], classes: int) -> LayerGraph:
+    from hetcluster.memory.keras_graph import extract_graph
+
+    return extract_graph(build_keras_model(name, input_shape, classes), batch_size=1)
+
+
+def graph_of(name: str, batch_size: int, input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE,
+             classes: int = 1000) -> LayerGraph:
+    """Layer graph of registry model `name` at `batch_size`."""
+    return _graph_at_batch_one(name, tuple(int(s) for s in input_shape), int(classes)).scaled(batch_size)
+
+
+def plan_for(model: str | LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
+             input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE, classes: int = 1000,
+             overheads: Overheads | None = None) -> MemoryPlan:
+    graph = model if isinstance(model, LayerGraph) else graph_of(model, batch_size, input_shape, classes)
+    if graph.batch_size != batch_size:
+        graph = graph.scaled(batch_size)
+    return plan_for_budget(graph, budget_bytes, device_kind, overheads=overheads)
+
+
+def memory_fit(model: str | LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
+               input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE, classes: int = 1000,
+               overheads: Overheads | None = None) -> tuple[bool, int, float]:
+    """(fits, predicted peak bytes, predicted slowdown) of the best plan for this device."""
+    plan = plan_for(model, batch_size, budget_bytes, device_kind, input_shape=input_shape, classes=classes,
+                    overheads=overheads)
+    return plan.fits, plan.predicted_peak_bytes, plan.predicted_slowdown
