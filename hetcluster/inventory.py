@@ -212,7 +212,7 @@ def _credential(raw: Mapping[str, Any], key: str, where: str, base_dir: Path) ->
         return None
     path = Path(value).expanduser()
     if not path.is_absolute():
-        path = base_dir / path
+        path = Path(os.path.normpath(base_dir / path))
     try:
         with open(path, "rb"):
             pass

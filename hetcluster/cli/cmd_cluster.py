@@ -76,7 +76,7 @@ def status(
 
         table = Table(title=f"cluster {inventory.name} ({inventory.network})")
         for column in ("device", "address", "health", "power", "source", "share", "memory budget"):
-            table.add_column(column, no_wrap=column != "health")
+            table.add_column(column, no_wrap=column != "health", min_width=6 if column == "health" else None)
         for row in rows:
             table.add_row(
                 row.name,

@@ -152,9 +152,14 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
             device.cgroup = group.to_state()
             state.save()
         host = shaped.link(profile.name).address if shaped else "127.0.0.1"
-        _write_agent_config(device, profile, host, creds, group)
-        netns = shaped.link(profile.name).netns if shaped else None
-        process = _launch_agent(device, group, netns)
+        prefix: list[str] = []
+        sys_visible = True
+        if shaped:
+            from hetcluster.emulation.netns import exec_prefix
+
+            prefix, sys_visible = exec_prefix(shaped.link(profile.name).netns)
+        _write_agent_config(device, profile, host, creds, group if sys_visible else None)
+        process = _launch_agent(device, group, prefix)
         device.agent = ProcessRecord.of(process.pid)
         state.save()
         if group is None:
@@ -234,11 +239,9 @@ def agent_command(config_path: str) -> list[str]:
     return [sys.executable, "-c", code, config_path]
 
 
-def _launch_agent(device: DeviceState, group: DeviceCgroup | None, netns: str | None) -> subprocess.Popen:
+def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
     """Start the agent already inside its cgroups (and namespace): the wrapper joins, then execs."""
-    command = agent_command(device.config_path)
-    if netns:
-        command = ["ip", "netns", "exec", netns, *command]
+    command = [*prefix, *agent_command(device.config_path)]
     joins = "".join(f"echo $$ > {shlex.quote(str(p))} && " for p in (group.procs_files if group else []))
     wrapper = ["/bin/sh", "-c", f'{joins}exec "$@"', "hetcluster-launch", *command]
     env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")

@@ -98,7 +98,7 @@ def run_duty_cycle(root_pid: int, duty: float, period_s: float = DEFAULT_PERIOD_
             _signal_all(tree, signal.SIGSTOP)
             used_s = _tree_cpu_s(tree) - cpu_before_s
             # Only a tree that wanted the CPU is owed time: an idle agent earns no credit.
-            wanted = used_s > 0.5 * run_s
+            wanted = used_s > 0.2 * run_s
             credit_s = min(period_s, max(-period_s, credit_s + duty * period_s - used_s)) if wanted else 0.0
             stop.wait(max(0.0, start + period_s - time.monotonic()))
     except psutil.Error:

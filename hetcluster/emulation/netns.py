@@ -143,6 +143,8 @@ def create_network(cluster: str, state_key: str, devices: list[tuple[str, float,
     except BaseException:
         remove_network(network)
         raise
+    if any(not link.latency_applied and link.latency_ms > 0 for link in network.links):
+        log.warning("this kernel has no tc netem (sch_netem): links are rate-shaped but their latency is not emulated")
     return network
 
 
@@ -163,7 +165,7 @@ def shape(dev: str, mbit_per_s: float, delay_ms: float, netns: str | None = None
         run(*prefix, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *tbf)
     else:
         if delay_ms > 0:
-            log.warning("tc netem is unavailable in this kernel: %s keeps its rate cap but gets no added latency", dev)
+            log.debug("tc netem is unavailable: %s gets a rate cap but no added latency", dev)
         run(*prefix, "tc", "qdisc", "add", "dev", dev, "root", "handle", "10:", *tbf)
     return delayed
 
@@ -182,10 +184,22 @@ def remove_network(network: ShapedNetwork) -> list[str]:
     return left
 
 
+def exec_prefix(netns: str) -> tuple[list[str], bool]:
+    """The command prefix that runs a program inside ``netns`` with the same PID (both exec).
+
+    Returns (prefix, host_sys_visible). `nsenter --net` only switches the network namespace;
+    `ip netns exec` also remounts /sys for it, which hides /sys/fs/cgroup from the program (the
+    agent then measures its CPU over its process tree instead of its cgroup).
+    """
+    if shutil.which("nsenter"):
+        return ["nsenter", f"--net=/var/run/netns/{netns}"], True
+    return ["ip", "netns", "exec", netns], False
+
+
 def list_netns() -> set[str]:
     result = run("ip", "netns", "list", check=False)
     return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
 
 
-__all__ = ["DeviceLink", "ShapedNetwork", "create_network", "list_netns", "names_for", "netns_name",
+__all__ = ["DeviceLink", "ShapedNetwork", "create_network", "exec_prefix", "list_netns", "names_for", "netns_name",
            "remove_network", "require_tools", "shape"]

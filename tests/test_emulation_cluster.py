@@ -1,0 +1,159 @@
+"""`hetcluster cluster up|status|down` end to end: real agents, and nothing left behind."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hetcluster.emulation.state import load_state
+from hetcluster.inventory import load_inventory
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hetcluster.cli.app", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def _up(tmp_path: Path, devices: str, *extra: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    state_dir, inventory = tmp_path / "state", tmp_path / "cluster.toml"
+    result = cli("cluster", "up", "--devices", devices, "--out", str(inventory), "--state-dir", str(state_dir),
+                 "--name", f"t{os.getpid()}-{abs(hash(str(tmp_path))) % 100000}", *extra)
+    return result, state_dir, inventory
+
+
+def _recorded(state_dir: Path):
+    state = load_state(state_dir)
+    assert state is not None
+    records = [r for d in state.devices for r in (d.agent, d.supervisor) if r is not None]
+    cgroup_dirs = [Path(p) for d in state.devices if d.cgroup for p in
+                   {d.cgroup["cpu_dir"], d.cgroup["accounting_dir"], d.cgroup["memory_dir"]} if p]
+    netns = [link["netns"] for link in (state.shaped or {}).get("links", [])]
+    return state, records, cgroup_dirs, netns
+
+
+def _assert_nothing_left(records, cgroup_dirs, netns, state_dir: Path) -> None:
+    assert all(r.process() is None for r in records), [r.pid for r in records if r.process()]
+    assert not any(d.exists() for d in cgroup_dirs)
+    if netns:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not any(name in listed for name in netns), listed
+    assert load_state(state_dir) is None
+
+
+def _down_and_check(state_dir: Path, records, cgroup_dirs, netns) -> None:
+    down = cli("cluster", "down", "--state-dir", str(state_dir))
+    assert down.returncode == 0, down.stderr
+    _assert_nothing_left(records, cgroup_dirs, netns, state_dir)
+    again = cli("cluster", "down", "--state-dir", str(state_dir))
+    assert again.returncode != 0
+    assert "no emulated cluster is up" in again.stderr and "Traceback" not in again.stderr
+
+
+@pytest.mark.slow
+def test_up_status_down_on_loopback(tmp_path):
+    result, state_dir, inventory_path = _up(tmp_path, "server,rpi4,phone")
+    assert result.returncode == 0, result.stderr
+    state, records, cgroup_dirs, netns = _recorded(state_dir)
+    try:
+        inventory = load_inventory(inventory_path)
+        assert inventory.names == ("server", "rpi4", "phone") and inventory.network == "loopback"
+        assert all(d.address.startswith("127.0.0.1:") for d in inventory.devices)
+        assert all(d.token_file and d.ca_file and d.cert_file and d.key_file for d in inventory.devices)
+        assert len({r.pid for r in records}) >= 3 and all(r.process() is not None for r in records)
+        if state.slowdown.startswith("cgroup"):
+            agent_pid = state.devices[1].agent.pid
+            procs = Path(state.devices[1].cgroup["cpu_dir"]) / "cgroup.procs"
+            assert str(agent_pid) in procs.read_text().split()  # the agent runs inside its quota
+
+        status = cli("cluster", "status", "--inventory", str(inventory_path), "--format", "json")
+        assert status.returncode == 0, status.stderr
+        rows = {row["name"]: row for row in json.loads(status.stdout)["devices"]}
+        assert all(row["healthy"] for row in rows.values())
+        assert {row["power_source"] for row in rows.values()} == {"model"}
+        assert rows["rpi4"]["compute_share"] == pytest.approx(0.15)
+        assert rows["server"]["memory_budget_bytes"] == 8 * 2**30
+        assert 2.7 <= rows["rpi4"]["power_w"] <= 6.4  # between the Pi's idle and busy watts
+
+        twice, _, _ = _up(tmp_path, "rpi4")
+        assert twice.returncode != 0
+        assert "a cluster is already up (3 devices" in twice.stderr and "cluster down" in twice.stderr
+        assert "Traceback" not in twice.stderr
+    finally:
+        _down_and_check(state_dir, records, cgroup_dirs, netns)
+
+
+@pytest.mark.slow
+def test_up_down_with_duty_cycling(tmp_path):
+    result, state_dir, _inventory = _up(tmp_path, "rpi4,phone", "--slowdown", "dutycycle")
+    assert result.returncode == 0, result.stderr
+    state, records, cgroup_dirs, netns = _recorded(state_dir)
+    try:
+        assert state.slowdown == "dutycycle" and not cgroup_dirs
+        supervisors = [d.supervisor for d in state.devices]
+        assert all(s is not None and s.process() is not None for s in supervisors)
+        cmdline = " ".join(supervisors[0].process().cmdline())
+        assert f"--pid {state.devices[0].agent.pid}" in cmdline and "--duty 0.15" in cmdline
+    finally:
+        _down_and_check(state_dir, records, cgroup_dirs, netns)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_up_status_down_shaped(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("shaped networking needs root")
+    result, state_dir, inventory_path = _up(tmp_path, "rpi4,phone", "--network", "shaped")
+    assert result.returncode == 0, result.stderr
+    state, records, cgroup_dirs, netns = _recorded(state_dir)
+    try:
+        inventory = load_inventory(inventory_path)
+        assert inventory.network == "shaped"
+        hosts = [d.host for d in inventory.devices]
+        assert all(h.startswith("10.213.") for h in hosts) and len(set(hosts)) == 2
+        assert inventory.parameter_server_host == state.shaped["host_address"]
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert all(name in listed for name in netns)
+        status = cli("cluster", "status", "--inventory", str(inventory_path), "--format", "json")
+        assert status.returncode == 0, status.stderr  # reached through the veths from the host namespace
+    finally:
+        _down_and_check(state_dir, records, cgroup_dirs, netns)
+
+
+def test_oversubscribed_fleet_is_refused_before_starting_anything(tmp_path):
+    result, state_dir, inventory = _up(tmp_path, "server,jetson-xavier,jetson-tx2,jetson-nano,rpi4")
+    assert result.returncode != 0
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2.1:
+        assert "oversubscribed by" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not state_dir.exists() and not inventory.exists()
+
+
+def test_unknown_device_and_bad_network_are_one_line_errors(tmp_path):
+    result, _, _ = _up(tmp_path, "server,toaster")
+    assert result.returncode != 0 and "no device profile 'toaster'" in result.stderr
+    assert "Traceback" not in result.stderr
+    result, state_dir, _ = _up(tmp_path, "rpi4", "--network", "wifi")
+    assert result.returncode != 0 and "--network 'wifi'" in result.stderr
+    assert not state_dir.exists()
+
+
+def test_shaped_without_root_suggests_loopback(monkeypatch):
+    from hetcluster.emulation import netns
+    from hetcluster.errors import EmulationError
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(EmulationError, match="--network loopback"):
+        netns.require_tools()
+
+
+def test_status_and_down_with_nothing_up(tmp_path):
+    result = cli("cluster", "status", "--state-dir", str(tmp_path / "none"))
+    assert result.returncode != 0 and "no emulated cluster is up" in result.stderr
+    result = cli("cluster", "down", "--state-dir", str(tmp_path / "none"))
+    assert result.returncode != 0 and "no emulated cluster is up" in result.stderr
+    assert "Traceback" not in result.stderr
