@@ -27,7 +27,7 @@ class AgentState:
         self.power_source = power_source
         self.device_info = device_info
         self.state_dir = state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
-        self.tasks = TaskSupervisor(self.state_dir / "tasks")
+        self.tasks = TaskSupervisor(self.state_dir)
         self.ports = PortReservations(advertised_host=config.task_host())
         self.stopping = threading.Event()
         self._power_lock = threading.Lock()
