@@ -15,6 +15,7 @@ import pytest
 
 from hetcluster.agent.client import AgentClient
 from hetcluster.errors import AgentError
+from test_agent_tasks import live_group_members  # tests/ is on sys.path (rootdir conftest)
 
 
 def cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -34,6 +35,11 @@ def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float = 30) 
 
 @pytest.fixture
 def agent_process(tmp_path):
+    import socket
+
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(10)
     result = cli("agent", "credentials", "--out", str(tmp_path / "creds"), "--host", "127.0.0.1")
     assert result.returncode == 0, result.stderr
     creds = tmp_path / "creds"
@@ -48,9 +54,13 @@ def agent_process(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock")},
     )
     address = wait_for_file(tmp_path / "run" / "addr", process)
+    assert notify.recv(4096).startswith(b"READY=1\nSTATUS=serving cli-dev on 127.0.0.1:")
+    process.notify_socket = notify  # type: ignore[attr-defined]
     yield process, address, creds
+    notify.close()
     if process.poll() is None:
         process.kill()
         process.wait(10)
@@ -81,6 +91,7 @@ def test_serve_answers_rejects_and_exits_cleanly_on_sigterm(agent_process, tmp_p
     assert process.returncode == 0, output
     assert "Traceback" not in output
     assert not (tmp_path / "run" / "addr").exists()
+    assert process.notify_socket.recv(4096).startswith(b"STOPPING=1")
 
 
 def test_cli_errors_are_one_line(tmp_path):
@@ -114,14 +125,3 @@ def test_sigterm_stops_tasks_and_a_killed_agent_leaves_no_orphan(agent_process):
         time.sleep(0.2)
     assert not live_group_members(pid)
 
-
-def live_group_members(pgid: int) -> list[int]:
-    """Processes (not zombies) still in process group ``pgid``."""
-    found = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc.pid)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return found

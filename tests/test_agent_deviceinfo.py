@@ -50,3 +50,21 @@ def test_collect_and_round_trip_through_proto(tmp_path):
     assert info.memory_budget_bytes == 2**30 and info.device_kind == "cpu"
     assert info.tensorflow_version.startswith("2.")
     assert DeviceInfo.from_proto(info.to_proto()) == info
+
+
+def test_probe_results_become_dataclasses_and_failures_yield_nothing(tmp_path, monkeypatch):
+    import hetcluster.power as power
+    from hetcluster.errors import PowerSourceError
+
+    gpu = {"vendor": "nvidia", "name": "NVIDIA H100", "index": 0, "uuid": "GPU-x", "memory_bytes": 80 * 2**30}
+    monkeypatch.setattr(power, "list_nvidia_accelerators", lambda: [gpu])
+    config = AgentConfig.from_mapping({"agent": {"name": "g"}, "auth": {"token_file": "t"}}, tmp_path)
+    info = collect_device_info(config, "nvml", root=tmp_path)
+    assert info.accelerators == (AcceleratorInfo(**gpu),) and info.device_kind == "discrete-gpu"
+    assert any(s.name == "model" for s in info.power_sources)
+
+    def broken():
+        raise PowerSourceError("NVML exploded.")
+
+    monkeypatch.setattr(power, "list_nvidia_accelerators", broken)
+    assert collect_device_info(config, "model", root=tmp_path).accelerators == ()

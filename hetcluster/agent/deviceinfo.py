@@ -12,9 +12,10 @@ import logging
 import os
 import platform
 import socket
+from dataclasses import MISSING, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import psutil
 
@@ -24,6 +25,8 @@ from hetcluster.agent.messages import AcceleratorInfo, DeviceInfo, PowerSourceSt
 from hetcluster.errors import HetclusterError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _CPU_MODEL_KEYS = ("model name", "Model", "Hardware", "Processor", "cpu model", "cpu")
 
@@ -83,46 +86,32 @@ def resolve_device_kind(configured: str, accelerators: list[AcceleratorInfo], ro
 def _accelerators() -> list[AcceleratorInfo]:
     from hetcluster.power import list_nvidia_accelerators
 
-    try:
-        found = list_nvidia_accelerators()
-    except HetclusterError as error:
-        log.warning("cannot list NVIDIA accelerators: %s", error)
-        return []
-    return [
-        AcceleratorInfo(
-            vendor=str(_field(a, "vendor", "nvidia")),
-            name=str(_field(a, "name", "")),
-            index=int(_field(a, "index", 0)),
-            uuid=str(_field(a, "uuid", "")),
-            memory_bytes=int(_field(a, "memory_bytes", 0)),
-        )
-        for a in found
-    ]
+    return _probe("list NVIDIA accelerators", list_nvidia_accelerators, AcceleratorInfo)
 
 
 def _power_sources() -> list[PowerSourceStatus]:
     from hetcluster.power import available_sources
 
+    return _probe("probe power sources", available_sources, PowerSourceStatus)
+
+
+def _probe(what: str, probe: Callable[[], list[Any]], kind: type[T]) -> list[T]:
+    """Run a power-room probe and copy each result (dict or object) into our dataclass ``kind``;
+    a failing probe is logged and yields nothing, so GetDeviceInfo always answers."""
     try:
-        found = available_sources()
+        found = probe()
     except HetclusterError as error:
-        log.warning("cannot probe power sources: %s", error)
+        log.warning("cannot %s: %s", what, error)
         return []
-    return [
-        PowerSourceStatus(
-            name=str(_field(s, "name", "")),
-            measured=bool(_field(s, "measured", False)),
-            available=bool(_field(s, "available", False)),
-            detail=str(_field(s, "detail", "")),
-        )
-        for s in found
-    ]
-
-
-def _field(item: Any, name: str, default: Any) -> Any:
-    if isinstance(item, dict):
-        return item.get(name, default)
-    return getattr(item, name, default)
+    result = []
+    for item in found:
+        values = {}
+        for f in fields(kind):  # type: ignore[arg-type]
+            value = item.get(f.name, MISSING) if isinstance(item, dict) else getattr(item, f.name, MISSING)
+            if value is not MISSING:
+                values[f.name] = value
+        result.append(kind(**values))
+    return result
 
 
 def collect_device_info(config: AgentConfig, active_power_source: str, root: Path = Path("/"), probe_hardware: bool = True) -> DeviceInfo:
