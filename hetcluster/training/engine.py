@@ -72,14 +72,14 @@ def _prepare_environment() -> None:
 
 def connect(cluster: ClusterAddresses) -> tuple["tf.distribute.Strategy", Any]:
     """ParameterServerStrategy + ClusterCoordinator over ``cluster`` (this process = chief)."""
-    _prepare_environment()
-    import tensorflow as tf
-
     unreachable = [name for name, addr in cluster.workers.items() if not address_reachable(addr)]
     unreachable += [f"ps{i}" for i, addr in enumerate(cluster.ps) if not address_reachable(addr)]
     if unreachable:
         raise TrainingError(f"TF servers not reachable before training: {', '.join(unreachable)}.",
                             hint="start their servers (agents) or leave those devices out.")
+    _prepare_environment()
+    import tensorflow as tf
+
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster.cluster_spec_dict()), task_type="chief", task_id=0, rpc_layer="grpc")
     try:

@@ -1,0 +1,137 @@
+"""The PS training engine on real TF servers (child processes on ephemeral ports) with small_cnn.
+
+Each run goes through ``run_in_subprocess`` (one cluster per process, as in production); servers
+are ``python -m hetcluster.training.tf_server`` children, so a test can kill one like a lost device.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hetcluster.errors import TrainingError
+from hetcluster.models import ModelSpec
+from hetcluster.training.servers import free_address, start_local_server
+from hetcluster.training.spec import ClusterAddresses, TrainSpec
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+MODEL = ModelSpec("small_cnn", (16, 16, 3), classes=4, batch_size=8)
+
+
+@pytest.fixture
+def make_cluster():
+    """Start 1 ps + named workers; stop them all at teardown."""
+    started = []
+
+    def make(names):
+        addresses = ClusterAddresses(workers={n: free_address() for n in names}, ps=[free_address()],
+                                     chief=free_address())
+        spec = addresses.cluster_spec_dict()
+        servers = {"ps": start_local_server(spec, "ps", 0)}
+        servers.update({n: start_local_server(spec, "worker", i) for i, n in enumerate(names)})
+        started.extend(servers.values())
+        return addresses, servers
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+def _check_consistent(result, workers):
+    assert set(result.steps_per_worker) == set(workers)
+    assert sum(result.steps_per_worker.values()) + result.steps_unattributed == result.steps_applied
+    assert len(result.step_times) == sum(result.steps_per_worker.values())
+    ends = [end for _, end, _ in result.step_times]
+    assert ends == sorted(ends)
+    assert all(start <= end for start, end, _ in result.step_times)
+    assert result.start_wall_s <= result.end_wall_s and result.time_s > 0
+    assert result.final_loss is not None and math.isfinite(result.final_loss)
+
+
+def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster, tmp_path):
+    from hetcluster.training.run_job import run_in_subprocess
+
+    ckpt = str(tmp_path / "ckpt")
+    first, servers = make_cluster(["a"])
+    r1 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=12, checkpoint_dir=ckpt), first, timeout_s=300)
+    for server in servers.values():
+        server.stop()
+    assert (r1.steps_restored, r1.steps_applied, r1.steps_total) == (0, 12, 12)
+    assert r1.steps_per_worker == {"a": 12}
+    assert r1.checkpoint_path.endswith("ckpt-12")
+    _check_consistent(r1, ["a"])
+
+    second, _ = make_cluster(["b", "c"])
+    progress = []
+    r2 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=40, checkpoint_dir=ckpt, checkpoint_every_steps=10,
+                                     warmup_steps=3),
+                           second, timeout_s=300, on_progress=lambda d, t, e: progress.append((d, t)))
+    assert (r2.steps_restored, r2.steps_applied, r2.steps_total) == (12, 28, 40)
+    assert r2.steps_unattributed == 0 and r2.lost_workers == []
+    _check_consistent(r2, ["b", "c"])
+    assert r2.checkpoint_path.endswith("ckpt-40")
+    assert progress[-1] == (28, 28) and len(progress) == 28
+    assert r2.steps_per_s > 0
+
+    # the job is done: a further run on the same checkpoint applies nothing
+    r3 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=40, checkpoint_dir=ckpt), second, timeout_s=300)
+    assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 0, 40)
+
+
+def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, servers = make_cluster(["a", "b"])
+
+    def kill_b(done, to_do, elapsed_s):
+        if done == 25:
+            servers["b"].kill()
+
+    result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=150), addresses, timeout_s=300,
+                               on_progress=kill_b)
+    assert not servers["b"].alive()
+    assert result.steps_applied == 150
+    assert result.lost_workers == ["b"]
+    assert result.steps_per_worker["a"] > 0
+    _check_consistent(result, ["a", "b"])
+
+
+def test_unreachable_worker_is_named_before_training(make_cluster):
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, _ = make_cluster(["a"])
+    missing = ClusterAddresses(workers={"a": addresses.workers["a"], "ghost": free_address()}, ps=addresses.ps,
+                               chief=addresses.chief)
+    with pytest.raises(TrainingError, match="ghost"):
+        run_in_subprocess(TrainSpec(model=MODEL, total_steps=5), missing, timeout_s=300)
+
+
+_GATE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from hetcluster.training.engine import _Trainer, connect
+    from hetcluster.training.spec import ClusterAddresses, TrainSpec
+    from hetcluster.models import ModelSpec
+    cluster = ClusterAddresses.from_dict(json.loads(sys.argv[1]))
+    spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=20)
+    strategy, coordinator = connect(cluster)
+    trainer = _Trainer(spec, cluster, strategy, coordinator, None)
+    stamps = trainer.run_round(35, 20, lambda: None)   # 15 closures more than the total
+    print(json.dumps({"iterations": trainer.iterations(), "applied": sum(s.applied for s in stamps)}))
+    sys.stdout.flush()
+    import os; os._exit(0)
+""")
+
+
+def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster):
+    import json
+
+    addresses, _ = make_cluster(["a", "b"])
+    out = subprocess.run([sys.executable, "-c", _GATE_SCRIPT, json.dumps(addresses.to_dict())], capture_output=True,
+                         text=True, timeout=300, check=True)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures == {"iterations": 20, "applied": 20}

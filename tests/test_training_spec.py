@@ -1,0 +1,57 @@
+"""Plain data of training runs: validation, JSON round trips and derived figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetcluster.errors import ConfigError
+from hetcluster.models import ModelSpec
+from hetcluster.models.datasets import DataSource
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
+
+
+def test_cluster_addresses_spec_and_validation():
+    c = ClusterAddresses(workers={"pi": "h1:1", "jetson": "h2:2"}, ps=["h0:3"], chief="h0:4")
+    assert c.cluster_spec_dict() == {"chief": ["h0:4"], "worker": ["h1:1", "h2:2"], "ps": ["h0:3"]}
+    assert c.worker_names == ["pi", "jetson"]
+    assert ClusterAddresses.from_dict(c.to_dict()) == c
+    with pytest.raises(ConfigError, match="at least one worker"):
+        ClusterAddresses(workers={}, ps=["h0:3"], chief="h0:4")
+    with pytest.raises(ConfigError, match="parameter server"):
+        ClusterAddresses(workers={"a": "h1:1"}, ps=[], chief="h0:4")
+    with pytest.raises(ConfigError, match="repeat"):
+        ClusterAddresses(workers={"a": "h1:1"}, ps=["h1:1"], chief="h0:4")
+
+
+def test_train_spec_round_trip_and_validation(tmp_path):
+    spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=100,
+                     data=DataSource("synthetic", seed=3), checkpoint_dir=str(tmp_path), checkpoint_every_steps=10)
+    assert TrainSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError):
+        TrainSpec(model=spec.model, total_steps=-1)
+    with pytest.raises(ConfigError):
+        TrainSpec(model=spec.model, total_steps=5, warmup_steps=-2)
+
+
+def _result(**kw) -> RunResult:
+    base = dict(steps_applied=4, steps_total=10, steps_restored=6, steps_per_worker={"a": 3, "b": 1}, time_s=2.0,
+                start_wall_s=100.0, end_wall_s=102.0,
+                step_times=[(100.0, 100.4, "a"), (100.1, 100.6, "b"), (100.5, 101.0, "a"), (101.0, 101.5, "a")],
+                final_loss=1.5, lost_workers=[], checkpoint_path="/x/ckpt-10", closures_scheduled=4, warmup_steps=1)
+    base.update(kw)
+    return RunResult(**base)
+
+
+def test_run_result_figures_and_round_trip():
+    r = _result()
+    # after one warm-up completion: 3 completions from t=100.6 to t=101.5
+    assert r.steps_per_s == pytest.approx(2 / 0.9)
+    assert r.step_durations_s("a") == pytest.approx([0.5, 0.5])
+    assert r.steps_unattributed == 0
+    data = r.to_dict()
+    assert data["steps_unattributed"] == 0 and data["step_times"][0] == [100.0, 100.4, "a"]
+    assert RunResult.from_dict(data) == r
+
+
+def test_unattributed_steps_count_updates_of_dead_workers():
+    assert _result(steps_per_worker={"a": 3, "b": 0}, lost_workers=["b"]).steps_unattributed == 1
