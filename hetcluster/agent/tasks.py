@@ -96,6 +96,8 @@ class TaskSupervisor:
             if task.process.poll() is None:
                 task.stop_requested = True
                 _signal_group(task.process.pid, signal.SIGTERM)
+                # a duty-cycled (SIGSTOPped) task would hold the SIGTERM until its next SIGCONT
+                _signal_group(task.process.pid, signal.SIGCONT)
                 try:
                     task.process.wait(timeout=max(grace_s, 0.0))
                 except subprocess.TimeoutExpired:
