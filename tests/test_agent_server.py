@@ -267,3 +267,23 @@ def test_stop_closes_streams_and_power_source(tmp_path, creds):
     assert server.state.power_source.closed
     assert not (tmp_path / "port").exists()
     client.close()
+
+
+def test_reflection_lists_the_agent_service_without_credentials(token_server):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(token_server.address) as channel:
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert {"hetcluster.v1.Agent", "grpc.health.v1.Health"} <= services
+
+
+def test_token_and_mtls_together_require_both(tmp_path, creds):
+    config = make_config(tmp_path, creds, token=True, tls=True, mtls=True)
+    with AgentServer(config, RampSource(), probe_hardware=False) as server:
+        cert = dict(ca_file=creds.ca_cert, cert_file=creds.client_cert, key_file=creds.client_key)
+        with AgentClient(server.address, **cert) as no_token:
+            assert no_token.health()
+            with pytest.raises(AgentError, match="UNAUTHENTICATED"):
+                no_token.device_info()
+        with AgentClient(server.address, token_file=creds.token, **cert) as both:
+            assert both.device_info().device_name == "test-dev"
