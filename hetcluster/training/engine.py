@@ -150,9 +150,14 @@ class _Trainer:
         return steps
 
     def save(self) -> str | None:
+        """Write a checkpoint numbered by the step count (kept if one with that number exists)."""
         if self.manager is None:
             return None
-        return self.manager.save(checkpoint_number=int(self.optimizer.iterations.numpy()))
+        steps = int(self.optimizer.iterations.numpy())
+        latest = self.manager.latest_checkpoint
+        if latest is not None and latest.endswith(f"-{steps}"):
+            return latest
+        return self.manager.save(checkpoint_number=steps)
 
     def _make_step(self) -> Any:
         import tensorflow as tf

@@ -1,8 +1,9 @@
 """Local TF server processes (the parameter server, and workers in tests) and port helpers.
 
-The engine starts the parameter server itself on the coordinator host, as a child process
-running ``python -m hetcluster.training.tf_server``; workers normally come from device agents.
-A server is "up" when its ready file appears, which avoids racing on the port.
+The engine starts the parameter server itself on the coordinator host, as a child process running
+the agent's own ``python -m hetcluster.agent.tf_server`` (a plain ``tf.distribute.Server`` that
+exits when its parent dies); workers normally come from device agents. A server is "up" once it
+has logged that it serves and its port accepts connections.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ class LocalServer:
     log_path: Path
     _tmpdir: tempfile.TemporaryDirectory = field(repr=False)
 
+    def __enter__(self) -> "LocalServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def pid(self) -> int:
         return self.process.pid
@@ -89,18 +96,17 @@ def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
     Raises TaskError (with the child's log tail) if it exits or is not ready within ``timeout_s``.
     """
     tmpdir = tempfile.TemporaryDirectory(prefix=f"hetcluster-{job}{index}-")
-    ready = Path(tmpdir.name) / "ready"
     log_path = Path(tmpdir.name) / "server.log"
     env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_USE_LEGACY_KERAS="1",
                TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    cmd = [sys.executable, "-m", "hetcluster.training.tf_server", "--cluster-spec", json.dumps(cluster_spec),
-           "--job", job, "--index", str(index), "--ready-file", str(ready)]
+    cmd = [sys.executable, "-m", "hetcluster.agent.tf_server", "--cluster-spec", json.dumps(cluster_spec),
+           "--job", job, "--index", str(index), "--parent-pid", str(os.getpid())]
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
     server = LocalServer(job, index, cluster_spec[job][index], process, log_path, tmpdir)
     deadline = time.monotonic() + timeout_s
-    while not ready.exists():
+    while not (b"serving at" in log_path.read_bytes() and address_reachable(server.address)):
         if process.poll() is not None or time.monotonic() > deadline:
             tail = log_path.read_text(errors="replace")[-800:]
             server.stop()
@@ -109,3 +115,16 @@ def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
         time.sleep(0.1)
     log.info("started %s:%d at %s (pid %d)", job, index, server.address, process.pid)
     return server
+
+
+def start_parameter_servers(cluster_spec: dict[str, list[str]], timeout_s: float = 120.0) -> list[LocalServer]:
+    """Start every ``ps`` task of ``cluster_spec`` on this host; stops those started if one fails."""
+    servers: list[LocalServer] = []
+    try:
+        for index in range(len(cluster_spec.get("ps", []))):
+            servers.append(start_local_server(cluster_spec, "ps", index, timeout_s))
+    except TaskError:
+        for server in servers:
+            server.stop()
+        raise
+    return servers
