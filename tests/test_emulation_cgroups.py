@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hetcluster.emulation.cgroups import DeviceCgroup, detect_cgroups, own_cgroup_paths, parse_mounts
+from hetcluster.emulation.cgroups import DeviceCgroup, detect_cgroups, own_cgroup_paths, parse_mounts, remove_dirs
 
 
 def _fake_v1(root: Path) -> None:
@@ -51,6 +51,9 @@ def test_v1_tree_gets_quota_memory_limit_and_pids(tmp_path):
     assert group.cpu_dir == cpu and group.accounting_dir == cpu and group.memory_dir == memory
     assert (cpu / "cpu.cfs_period_us").read_text() == "100000"
     assert (cpu / "cpu.cfs_quota_us").read_text() == "25000"
+    # The device and the parents we made get a higher weight than background processes.
+    for weighted in (cpu, cpu.parent, cpu.parent.parent):
+        assert (weighted / "cpu.shares").read_text() == "4096"
     assert (memory / "memory.limit_in_bytes").read_text() == str(3 * 2**30)
     group.add_pid(4242)
     assert group.pids() == {4242}
@@ -69,6 +72,7 @@ def test_v2_tree_enables_controllers_and_writes_cpu_max(tmp_path):
     device = base / "hetcluster/lab/phone"
     assert group.cpu_dir == device == group.memory_dir == group.accounting_dir
     assert (device / "cpu.max").read_text() == "20000 100000"
+    assert (device / "cpu.weight").read_text() == "400"
     assert (device / "memory.max").read_text() == str(2**30)
     for parent in (base, base / "hetcluster", base / "hetcluster/lab"):
         assert (parent / "cgroup.subtree_control").read_text() == "+cpu +memory", parent
@@ -114,7 +118,7 @@ def test_real_cgroup_quota_slows_a_busy_process():
         child.kill()
         child.wait()
         left = group.remove()
-        parents = [p for p in group.created if p not in group.dirs]
-        DeviceCgroup(group.version, group.cpu_dir, group.accounting_dir, None, parents).remove(0.0)
+        remove_dirs(group.parents)
     assert left == []
     assert not any(d.exists() for d in group.dirs)
+    assert not any(d.exists() for d in group.parents if d.name == name)

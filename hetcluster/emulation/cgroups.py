@@ -25,6 +25,11 @@ from hetcluster.errors import EmulationError
 log = logging.getLogger(__name__)
 
 PERIOD_US = 100_000
+# A device's quota is a ceiling, not a reservation: on a host where other work runs, a device at
+# the default weight gets less than its share. A higher weight (4x an ordinary process) makes a
+# busy device win its share from background load; the quotas still cap the fleet at its shares.
+WEIGHT_V1 = 4096  # cpu.shares, default 1024
+WEIGHT_V2 = 400  # cpu.weight, default 100
 TOP = "hetcluster"
 
 
@@ -100,12 +105,27 @@ class DeviceCgroup:
         )
 
     def remove(self, timeout_s: float = 5.0) -> list[Path]:
-        """rmdir every directory made, deepest first; return those that could not be removed."""
-        left: list[Path] = []
-        for directory in sorted(self.created, key=lambda p: len(p.parts), reverse=True):
-            if not _rmdir(directory, timeout_s if directory in self.dirs else 0.0):
-                left.append(directory)
-        return left
+        """rmdir every directory made, deepest first; return the device's own dirs left behind.
+
+        Parents (hetcluster/<cluster>) shared with other devices stay until the last one goes;
+        call ``remove_dirs`` on them again once every device is removed.
+        """
+        left = remove_dirs(self.created, timeout_s, wait_for=self.dirs)
+        return [p for p in left if p in self.dirs]
+
+    @property
+    def parents(self) -> list[Path]:
+        return [p for p in self.created if p not in self.dirs]
+
+
+def remove_dirs(paths: Iterable[Path], timeout_s: float = 0.0, wait_for: Iterable[Path] = ()) -> list[Path]:
+    """rmdir cgroup directories deepest first (retrying ``wait_for`` ones up to timeout_s); return those left."""
+    patient = set(wait_for)
+    left: list[Path] = []
+    for directory in sorted(set(paths), key=lambda p: len(p.parts), reverse=True):
+        if not _rmdir(directory, timeout_s if directory in patient else 0.0):
+            left.append(directory)
+    return left
 
 
 class Cgroups:
@@ -140,6 +160,10 @@ class Cgroups:
                 _write(cpu_dir / "cpu.cfs_quota_us", str(quota_us))
             else:
                 _write(cpu_dir / "cpu.max", f"{quota_us} {PERIOD_US}")
+            for made in created:  # device dirs and the parents we made, in the cpu hierarchy
+                if made == cpu_dir or cpu_dir.is_relative_to(made):
+                    _write(made / ("cpu.shares" if self.cpu.version == "v1" else "cpu.weight"),
+                           str(WEIGHT_V1 if self.cpu.version == "v1" else WEIGHT_V2))
             accounting_dir = (
                 cpu_dir if self.accounting.path == self.cpu.path
                 else self._make(self.accounting, self.accounting_base, cluster, device, created)
@@ -152,7 +176,7 @@ class Cgroups:
                 )
                 _write(memory_dir / ("memory.limit_in_bytes" if self.memory.version == "v1" else "memory.max"), str(memory_bytes))
         except OSError as error:
-            DeviceCgroup("v1", Path("/"), Path("/"), None, created).remove(timeout_s=0.0)
+            remove_dirs(created)
             raise EmulationError(
                 f"cannot set up the cgroup of device {device!r}: {error}.",
                 hint="run as root on a machine with writable cgroups, or let the duty-cycle fallback run (see docs/emulation.md).",
@@ -312,4 +336,4 @@ def _rmdir(path: Path, timeout_s: float) -> bool:
             time.sleep(0.05)
 
 
-__all__ = ["Cgroups", "DeviceCgroup", "Mount", "PERIOD_US", "detect_cgroups", "own_cgroup_paths", "parse_mounts"]
+__all__ = ["Cgroups", "DeviceCgroup", "Mount", "PERIOD_US", "detect_cgroups", "own_cgroup_paths", "parse_mounts", "remove_dirs"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -27,8 +26,9 @@ from typing import Any
 import psutil
 
 from hetcluster.emulation.catalog import DeviceProfile, check_fleet_fits
-from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups
+from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups, remove_dirs
 from hetcluster.emulation.dutycycle import DutyCycler, duty_for_share
+from hetcluster.emulation.slowdown import wrapper_command
 from hetcluster.emulation.state import ClusterState, DeviceState, ProcessRecord, default_state_dir, load_state
 from hetcluster.errors import EmulationError
 from hetcluster.inventory import DeviceEntry, Inventory, write_inventory
@@ -241,12 +241,10 @@ def agent_command(config_path: str) -> list[str]:
 
 def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
     """Start the agent already inside its cgroups (and namespace): the wrapper joins, then execs."""
-    command = [*prefix, *agent_command(device.config_path)]
-    joins = "".join(f"echo $$ > {shlex.quote(str(p))} && " for p in (group.procs_files if group else []))
-    wrapper = ["/bin/sh", "-c", f'{joins}exec "$@"', "hetcluster-launch", *command]
+    command = wrapper_command(agent_command(device.config_path), group, prefix)
     env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     with open(device.log_path, "ab") as log_file:
-        process = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                    cwd=str(Path(device.config_path).parent), env=env, start_new_session=True)
     log.info("started agent %s as pid %d", device.name, process.pid)
     return process
@@ -327,11 +325,10 @@ def _teardown(state: ClusterState, grace_s: float = 10.0) -> DownReport:
     _stop(list(victims.values()), grace_s, report)
     for group in groups:
         left = group.remove()
-        report.removed_cgroups += len(group.created) - len(left)
-        report.leftovers.extend(f"cgroup {p}" for p in left if p in group.dirs)
+        report.removed_cgroups += len(group.dirs) - len(left)
+        report.leftovers.extend(f"cgroup {p}" for p in left)
     # Parents (hetcluster/<cluster>) were made by the first device; now that all are gone, retry them.
-    parents = {p for group in groups for p in group.created if p not in group.dirs and p.is_dir()}
-    report.removed_cgroups += len(parents) - len(DeviceCgroup("v1", Path("/"), Path("/"), None, sorted(parents)).remove(0.0))
+    remove_dirs([p for group in groups for p in group.parents])
     if state.shaped:
         from hetcluster.emulation.netns import ShapedNetwork, remove_network
 
