@@ -287,3 +287,22 @@ def test_token_and_mtls_together_require_both(tmp_path, creds):
                 no_token.device_info()
         with AgentClient(server.address, token_file=creds.token, **cert) as both:
             assert both.device_info().device_name == "test-dev"
+
+
+def test_startup_errors_are_clear_and_release_the_power_source(tmp_path, creds):
+    import socket
+
+    from hetcluster.errors import CredentialsError
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    document = {"agent": {"name": "a", "listen": f"127.0.0.1:{busy.getsockname()[1]}"}, "auth": {"token_file": str(creds.token)}}
+    source = RampSource()
+    with pytest.raises(AgentError, match="cannot listen on 127.0.0.1:.*To fix: pick a free port"):
+        AgentServer(AgentConfig.from_mapping(document, tmp_path), source, probe_hardware=False)
+    assert source.closed
+    busy.close()
+    missing = {"agent": {"name": "a", "listen": "127.0.0.1:0"}, "auth": {"token_file": str(tmp_path / "nope")}}
+    with pytest.raises(CredentialsError, match="cannot read token file"):
+        AgentServer(AgentConfig.from_mapping(missing, tmp_path), RampSource(), probe_hardware=False)

@@ -30,8 +30,10 @@ from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "hetcluster.v1.Agent"
-MAX_WORKERS = 32
-MAX_CONCURRENT_RPCS = 64
+# Fewer concurrent RPCs than threads: long power streams can never starve health checks and
+# task control; calls beyond the limit fail at once with RESOURCE_EXHAUSTED instead of queueing.
+MAX_WORKERS = 40
+MAX_CONCURRENT_RPCS = 32
 
 
 def open_configured_power_source(config: AgentConfig) -> PowerSource:
@@ -52,20 +54,22 @@ class AgentServer:
         probe_hardware: bool = True,
     ) -> None:
         self.config = config
+        # credentials first: a missing file must fail before anything is opened
+        interceptor = auth.server_interceptor(config.auth)
+        credentials = auth.server_credentials(config.auth)
         source = power_source if power_source is not None else open_configured_power_source(config)
         info = collect_device_info(config, source.name, root=root, probe_hardware=probe_hardware)
         self.state = AgentState(config, source, info)
         self._health = health.HealthServicer()
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="agent-rpc"),
-            interceptors=[auth.server_interceptor(config.auth)],
+            interceptors=[interceptor],
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
         )
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.state), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self._server)
-        credentials = auth.server_credentials(config.auth)
         try:
             if credentials is None:
                 if config.listen_host not in ("127.0.0.1", "localhost", "::1"):
@@ -74,9 +78,13 @@ class AgentServer:
             else:
                 self.port = self._server.add_secure_port(config.listen, credentials)
         except RuntimeError as error:
-            raise AgentError(f"cannot listen on {config.listen}: {error}.", hint="pick a free port or another address in agent.listen.") from None
+            self.port = 0
+            reason = str(error).split(";")[0].rstrip(".")
+        else:
+            reason = "the address could not be bound"
         if not self.port:
-            raise AgentError(f"cannot listen on {config.listen}.", hint="pick a free port or another address in agent.listen.")
+            self.state.close()
+            raise AgentError(f"cannot listen on {config.listen}: {reason}.", hint="pick a free port or another address in agent.listen.")
         self._stopped = threading.Event()
 
     @property
