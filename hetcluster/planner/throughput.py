@@ -1,33 +1,39 @@
 """Throughput R(S) of a configuration under asynchronous parameter-server training.
 
-Analytic part (a closed queueing network, solved with the Bard–Schweitzer approximation)
-----------------------------------------------------------------------------------------
-Each worker i repeats: compute, then one exclusive visit to the shared resource (parameter
-server + coordinator + links) that costs s seconds per step. Alone it runs at its measured solo
-rate r_i (memory-plan slowdown applied), so its solo cycle 1/r_i already contains one visit s.
-Together, a step may also wait w(S) behind the other workers' visits:
+Every worker pulls variables, computes and pushes gradients at its own pace (fast workers take
+more steps); all share the parameter server, the coordinator and the links. Two contention
+families describe that sharing; each has a capacity C(n) of the shared resource that may shrink
+with the number of workers n (per-worker overhead κ: coordinator threads, heartbeats):
 
-    x_i(S) = 1 / (1/r_i + w(S))          (applied steps/s of worker i; fast workers lose more)
-    R(S)   = Σ_{i∈S} x_i(S)
-    w(S)   = s·a·ρ / (1 − a·ρ),  ρ = s·R(S) (utilisation of the shared resource), a = 1 − 1/n
+    s(n) = s·(1 + κ·(n − 1))         service time of one step at the shared resource, C(n) = 1/s(n)
 
-(a removes the worker's own share of the queue, so w = 0 for one worker and R({i}) = r_i). The
-fixed point is unique (h(w) = w(1 − aρ(w)) − s·a·ρ(w) is convex and increasing past its root) and
-Newton's method started right of the root converges monotonically; it is run for all
-configurations at once. R ≤ 1/s = C, the capacity of the shared resource; s = 0 gives R = Σ r_i.
+queue (the parameter server as a FIFO server; closed queueing network, Bard–Schweitzer MVA)
+    The solo cycle 1/r_i already contains one visit of s. Together, a step also pays the extra
+    service Δ = s(n) − s and waits w behind the others:
+        x_i = 1/(1/r_i + Δ + w),  R = Σ x_i,  w = s(n)·a·ρ/(1 − a·ρ),  ρ = s(n)·R,  a = 1 − 1/n
+    (a removes a worker's own share of the queue, so R({i}) = r_i). h(w) = w(1 − aρ) − s(n)aρ is
+    convex and increasing past its root, so Newton from the right converges monotonically; it is
+    run for all configurations at once (float32, then one float64 step).
+
+waterfill (a hard capacity shared max-min fairly, e.g. CPU quotas on an oversubscribed host)
+        x_i = min(r_i, θ),  Σ x_i = min(Σ r_i, C(n))
+    θ = max_j (C − Σ_{k<j} r_k)/|{k ≥ j}| over members sorted by r (exact, two cumulative sums).
+
+Both give R({i}) = r_i, R ≈ Σ r_i under light load, R → C(n) under heavy load, fast workers
+slowed most; the utilisation u_i = x_i/r_i feeds the power model.
 
 Calibration
 -----------
-s is fitted to the multi-device runs (least squares on log R and, where recorded, on each
-device's log x_i) by a bounded 1-D search (0 ≤ s ≤ 1/max r_i). With at least three
-multi-device runs, a ridge regression (scikit-learn) on the log-residual log(R_meas/R_analytic)
-with features that vanish for one worker [log n, log(Σr/max r), 1 − min r/max r] corrects what
-the queue misses (per-worker overheads, CPU contention on a shared host); it is kept only when
-its leave-one-out error beats the analytic model's own leave-one-out error.
+For each family, s (and for the "+κ" variants, κ) is fitted to the multi-device runs by least
+squares on log R and, where recorded, on each device's log x_i. The variant (queue, queue+κ,
+waterfill, waterfill+κ) is chosen by leave-one-out error over the multi-device runs (queue
+when there are fewer than two runs). With at least three multi-device runs, a ridge regression
+(scikit-learn) on the log-residual log(R_meas/R_model), with features that vanish for one worker
+[log n, log(Σr/max r), 1 − min r/max r], corrects what the family misses; it is kept only when
+its leave-one-out error beats the analytic model's.
 
-Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)² / R² + σ_model²·[n > 1]) with σ_i the solo
-measurement spread, u_i = x_i/r_i, and σ_model the leave-one-out RMS log-error of the chosen
-model over the multi-device runs (a prior of 0.15 when fewer than two exist).
+Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)²/R² + σ_model²·[n > 1]) with σ_i the solo spread
+and σ_model the leave-one-out RMS log-error of the chosen model (0.15 with fewer than two runs).
 """
 
 from __future__ import annotations
@@ -39,49 +45,65 @@ import numpy as np
 
 from hetcluster.errors import PlanningError
 from hetcluster.planner.fleet import Units, class_units, device_units, run_weights
-from hetcluster.planner.inputs import DeviceMeasurement, RunMeasurement, validate_inputs
+from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement, validate_inputs
 
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 1 << 12
 PRIOR_MODEL_STD = 0.15
 MIN_RUNS_FOR_REGRESSION = 3
+KAPPA_GRID = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """One contention hypothesis: family, service time per step s, per-worker overhead κ."""
+
+    family: str = "queue"       # "queue" | "waterfill"
+    service_s: float = 0.0
+    per_worker: float = 0.0
+
+    def service_for(self, n: np.ndarray) -> np.ndarray:
+        return self.service_s * (1.0 + self.per_worker * np.maximum(n - 1.0, 0.0))
 
 
 @dataclass(frozen=True)
 class QueuePrediction:
     """Analytic prediction for a batch of configurations."""
 
-    steps_per_s: np.ndarray     # R(S)
-    wait_s: np.ndarray          # w(S)
-    weighted_util: np.ndarray   # Σ_i W_i·g_i·x_i/r_i for the g given (e.g. dynamic power)
+    steps_per_s: np.ndarray      # R(S)
+    weighted_util: np.ndarray    # Σ_i W_i·g_i·u_i for the g given (e.g. dynamic power)
     measurement_var: np.ndarray  # Σ_i W_i·(u_i σ_i)²
 
 
-def solve_queue(weights: np.ndarray, units: Units, service_s: float, util_weights: np.ndarray | None = None) -> QueuePrediction:
-    """Solve the Schweitzer fixed point for every row of `weights` (configurations × units).
-
-    Newton runs in float32 on chunks that stay in cache, then one float64 Newton step (quadratic
-    convergence) restores full precision before the outputs are computed.
-    """
-    rate = units.rate_steps_per_s
-    g = np.zeros_like(rate) if util_weights is None else np.asarray(util_weights, dtype=np.float64)
-    rows = weights.shape[0]
-    total, wait, wutil, mvar = (np.empty(rows) for _ in range(4))
-    for start in range(0, rows, CHUNK_ROWS):
-        sl = slice(start, start + CHUNK_ROWS)
-        W = np.asarray(weights[sl], dtype=np.float64)
-        w = _solve_wait(W, rate, float(service_s))
-        U = 1.0 / (1.0 + w[:, None] * rate[None, :])          # utilisation x_i / r_i
-        total[sl] = W @ rate if service_s <= 0 else np.einsum("ij,ij->i", W, U * rate[None, :])
-        wait[sl] = w
-        wutil[sl] = np.einsum("ij,ij->i", W, U * g[None, :])
-        mvar[sl] = np.einsum("ij,ij->i", W, U * U * (units.rate_std_steps_per_s ** 2)[None, :])
-    return QueuePrediction(total, wait, wutil, mvar)
+def utilisation(W: np.ndarray, rate: np.ndarray, model: Contention) -> np.ndarray:
+    """u_i = x_i/r_i for each configuration row and unit (rows × units)."""
+    if model.service_s <= 0.0:
+        return np.ones_like(W)
+    n = W.sum(axis=1)
+    s_n = model.service_for(n)
+    if model.family == "waterfill":
+        return np.minimum(1.0, _waterfill_level(W, rate, 1.0 / s_n)[:, None] / rate[None, :])
+    shift = s_n - model.service_s
+    v = shift + _solve_wait(W, rate, s_n, shift, n)
+    return 1.0 / (1.0 + v[:, None] * rate[None, :])
 
 
-def _newton_step(W, inv_rate, w, a, s):
-    Y = 1.0 / (inv_rate[None, :] + w[:, None])
+def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """θ with Σ W_i·min(r_i, θ) = capacity (inf where Σ W_i r_i ≤ capacity)."""
+    order = np.argsort(rate)
+    Ws, rs = W[:, order], rate[order]
+    contrib = Ws * rs[None, :]
+    before = np.cumsum(contrib, axis=1) - contrib
+    suffix = np.cumsum(Ws[:, ::-1], axis=1)[:, ::-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        levels = np.where(suffix > 0, (capacity[:, None] - before) / suffix, -np.inf)
+    theta = levels.max(axis=1)
+    return np.where(contrib.sum(axis=1) <= capacity, np.inf, theta)
+
+
+def _newton_step(W, inv_rate, w, a, s, shift):
+    Y = 1.0 / (inv_rate[None, :] + (shift + w)[:, None])
     R = np.einsum("ij,ij->i", W, Y)
     dR = -np.einsum("ij,ij->i", W, Y * Y)
     rho, drho = s * R, s * dR
@@ -90,27 +112,43 @@ def _newton_step(W, inv_rate, w, a, s):
     return np.maximum(w - h / dh, 0.0)
 
 
-def _solve_wait(W: np.ndarray, rate: np.ndarray, s: float) -> np.ndarray:
-    """w(S) for each row: root of h(w) = w(1 − aρ(w)) − s·a·ρ(w)."""
-    n = W.sum(axis=1)
-    if s <= 0.0:
-        return np.zeros(W.shape[0])
+def _solve_wait(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Queue wait w per row: root of h(w) = w(1 − aρ(w)) − s·a·ρ(w)."""
     a = 1.0 - 1.0 / np.maximum(n, 1.0)
-    # Start right of the root (h > 0), where Newton on the convex increasing h converges
-    # monotonically: w1 = s·a·ρ0/(1 − a·ρ0) with ρ0 = s·Σr when a·ρ0 < 1, else 2·s·a·n.
-    load = a * s * (W @ rate)
+    # Start right of the root (h > 0): w1 = s·a·ρ0/(1 − a·ρ0) with ρ0 = s·R(0) when a·ρ0 < 1,
+    # else 2·s·a·n (there ρ ≤ s·n/w keeps a·ρ ≤ 1/2).
+    load = a * s * np.einsum("ij,ij->i", W, 1.0 / (1.0 / rate[None, :] + shift[:, None]))
     w = np.where(load < 0.999, s * load / np.maximum(1.0 - load, 1e-3), 2.0 * s * a * n)
     w = np.minimum(w, 2.0 * s * a * n) + 1e-15
-    W32, inv32, a32, s32 = W.astype(np.float32), (1.0 / rate).astype(np.float32), a.astype(np.float32), np.float32(s)
-    w32 = w.astype(np.float32)
+    f32 = np.float32
+    W32, inv32, a32, s32, sh32 = W.astype(f32), (1.0 / rate).astype(f32), a.astype(f32), s.astype(f32), shift.astype(f32)
+    w32 = w.astype(f32)
     for _ in range(40):
-        w_new = _newton_step(W32, inv32, w32, a32, s32)
+        w_new = _newton_step(W32, inv32, w32, a32, s32, sh32)
         done = np.all(np.abs(w_new - w32) <= 1e-6 * w32 + 1e-12)
         w32 = w_new
         if done:
             break
-    w = np.maximum(w32.astype(np.float64) * (1 + 1e-5), 0.0) + 1e-15  # nudge right of the root again
-    return _newton_step(W, 1.0 / rate, w, a, s)
+    w = w32.astype(np.float64) * (1 + 1e-5) + 1e-15  # just right of the root, then full precision
+    return _newton_step(W, 1.0 / rate, w, a, s, shift)
+
+
+def solve(weights: np.ndarray, units: Units, model: Contention, util_weights: np.ndarray | None = None) -> QueuePrediction:
+    """R, Σ g_i·u_i and the measurement variance for every row of `weights` (configs × units)."""
+    rate = units.rate_steps_per_s
+    g = np.zeros_like(rate) if util_weights is None else np.asarray(util_weights, dtype=np.float64)
+    sigma2 = units.rate_std_steps_per_s ** 2
+    rows = weights.shape[0]
+    total, wutil, mvar = (np.empty(rows) for _ in range(3))
+    for start in range(0, rows, CHUNK_ROWS):
+        sl = slice(start, start + CHUNK_ROWS)
+        W = np.asarray(weights[sl], dtype=np.float64)
+        U = utilisation(W, rate, model)
+        WU = W * U
+        total[sl] = WU @ rate
+        wutil[sl] = WU @ g
+        mvar[sl] = (WU * U) @ sigma2
+    return QueuePrediction(total, wutil, mvar)
 
 
 def residual_features(weights: np.ndarray, units: Units) -> np.ndarray:
@@ -124,51 +162,135 @@ def residual_features(weights: np.ndarray, units: Units) -> np.ndarray:
     return np.column_stack([np.log(np.maximum(n, 1.0)), np.log(demand / rmax), 1.0 - rmin / rmax])
 
 
-def _run_arrays(units: Units, runs: list[RunMeasurement]):
-    W = run_weights(units, [r.devices for r in runs])
-    measured = np.array([r.steps_per_s for r in runs], dtype=np.float64)
-    return W, measured
+@dataclass(frozen=True)
+class _RunData:
+    """Measured multi-device runs as arrays (weights, aggregate and per-device throughputs)."""
+
+    weights: np.ndarray
+    measured: np.ndarray
+    dev_rows: np.ndarray
+    dev_units: np.ndarray
+    dev_rates: np.ndarray
+
+    @classmethod
+    def of(cls, units: Units, runs: list[RunMeasurement]) -> "_RunData":
+        W = run_weights(units, [r.devices for r in runs])
+        index = {name: u for u, names in enumerate(units.members) for name in names}
+        rows, us, xs = [], [], []
+        for row, r in enumerate(runs):
+            if r.time_s > 0:
+                for name, steps in r.per_device_steps.items():
+                    if name in index and steps > 0:
+                        rows.append(row), us.append(index[name]), xs.append(steps / r.time_s)
+        return cls(W, np.array([r.steps_per_s for r in runs], dtype=np.float64),
+                   np.array(rows, dtype=np.int64), np.array(us, dtype=np.int64), np.array(xs, dtype=np.float64))
+
+    def take(self, keep: np.ndarray) -> "_RunData":
+        rows = np.flatnonzero(keep)
+        remap = -np.ones(len(keep), dtype=np.int64)
+        remap[rows] = np.arange(rows.size)
+        dev = keep[self.dev_rows] if self.dev_rows.size else np.zeros(0, bool)
+        return _RunData(self.weights[rows], self.measured[rows], remap[self.dev_rows[dev]], self.dev_units[dev], self.dev_rates[dev])
 
 
-def _fit_service(units: Units, runs: list[RunMeasurement]) -> float:
-    """Least-squares s over aggregate and per-device log-throughputs; 0 when nothing shows contention."""
-    multi = [r for r in runs if len(r.devices) > 1]
-    if not multi:
-        return 0.0
-    W, measured = _run_arrays(units, multi)
-    index = {name: u for u, names in enumerate(units.members) for name in names}
-    per_device = []  # (run row, unit, measured x)
-    for row, r in enumerate(multi):
-        if r.time_s > 0:
-            for name, steps in r.per_device_steps.items():
-                if name in index and steps > 0:
-                    per_device.append((row, index[name], steps / r.time_s))
+def _loss(data: _RunData, units: Units, model: Contention) -> float:
+    U = utilisation(data.weights, units.rate_steps_per_s, model)
+    pred = (data.weights * U) @ units.rate_steps_per_s
+    err = float(np.sum((np.log(pred) - np.log(data.measured)) ** 2))
+    if data.dev_rows.size:
+        x_pred = U[data.dev_rows, data.dev_units] * units.rate_steps_per_s[data.dev_units]
+        err += 0.5 * float(np.mean((np.log(x_pred) - np.log(data.dev_rates)) ** 2)) * len(data.measured)
+    return err
+
+
+def _fit_variant(data: _RunData, units: Units, family: str, with_kappa: bool) -> Contention:
+    """Least-squares (s, κ) for one family: a log grid on s for each κ, then golden refinement."""
+    if len(data.measured) == 0:
+        return Contention(family)
     s_max = 1.0 / float(units.rate_steps_per_s.max())
-
-    def loss(s: float) -> float:
-        q = solve_queue(W, units, s)
-        err = np.sum((np.log(q.steps_per_s) - np.log(measured)) ** 2)
-        if per_device:
-            rows, us, xs = (np.array(v) for v in zip(*per_device))
-            x_pred = 1.0 / (1.0 / units.rate_steps_per_s[us.astype(int)] + q.wait_s[rows.astype(int)])
-            err += 0.5 * np.mean((np.log(x_pred) - np.log(xs)) ** 2) * len(multi)
-        return float(err)
-
-    grid = np.concatenate([[0.0], s_max * np.logspace(-4, 0, 61)])
-    losses = np.array([loss(s) for s in grid])
-    best = int(np.argmin(losses))
-    lo = grid[max(best - 1, 0)]
-    hi = grid[min(best + 1, grid.size - 1)]
+    s_grid = np.concatenate([[0.0], s_max * np.logspace(-3, 0, 37)])
+    best = (np.inf, Contention(family))
+    for kappa in (KAPPA_GRID if with_kappa else (0.0,)):
+        for s in s_grid:
+            model = Contention(family, float(s), kappa)
+            loss = _loss(data, units, model)
+            if loss < best[0]:
+                best = (loss, model)
+    loss_best, model = best
+    if model.service_s <= 0:
+        return model
+    i = int(np.searchsorted(s_grid, model.service_s))
+    lo, hi = s_grid[max(i - 1, 0)], s_grid[min(i + 1, s_grid.size - 1)]
     phi = (np.sqrt(5.0) - 1.0) / 2.0
+    f = lambda s: _loss(data, units, Contention(family, float(s), model.per_worker))  # noqa: E731
     a, b = lo, hi
-    for _ in range(30):  # golden-section refinement inside the bracketing grid cell
+    for _ in range(25):
         c, d = b - phi * (b - a), a + phi * (b - a)
-        if loss(c) < loss(d):
+        if f(c) < f(d):
             b = d
         else:
             a = c
-    s = 0.5 * (a + b)
-    return s if loss(s) <= losses[best] else float(grid[best])
+    refined = Contention(family, float(0.5 * (a + b)), model.per_worker)
+    return refined if _loss(data, units, refined) <= loss_best else model
+
+
+VARIANTS = (("queue", False), ("waterfill", False), ("queue", True), ("waterfill", True))
+
+
+def _predict_runs(data: _RunData, units: Units, model: Contention, regression=None) -> np.ndarray:
+    pred = solve(data.weights, units, model).steps_per_s
+    if regression is not None:
+        pred = pred * np.exp(regression.predict(residual_features(data.weights, units)))
+    return pred
+
+
+def _fit_regression(data: _RunData, units: Units, model: Contention):
+    """Ridge on the log-residuals; features vanish for one worker, so no intercept is needed."""
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    y = np.log(data.measured) - np.log(solve(data.weights, units, model).steps_per_s)
+    pipeline = make_pipeline(StandardScaler(with_mean=False), Ridge(alpha=1.0, fit_intercept=False))
+    pipeline.fit(residual_features(data.weights, units), y)
+    return pipeline
+
+
+def _loo(data: _RunData, units: Units, family: str, with_kappa: bool, with_regression: bool, per_device: bool = False) -> float:
+    """Leave-one-out RMS log-error over the runs, refitting everything each time.
+
+    per_device adds the held-out run's per-device errors (mean square, weight 1/2, as in the fit):
+    they separate the families (a water-filled slow device keeps its solo rate, a queued one
+    does not) far better than a handful of aggregate throughputs can.
+    """
+    errors = []
+    for j in range(len(data.measured)):
+        keep = np.ones(len(data.measured), bool)
+        keep[j] = False
+        train, held = data.take(keep), data.take(~keep)
+        model = _fit_variant(train, units, family, with_kappa)
+        regression = _fit_regression(train, units, model) if with_regression else None
+        err = float(np.log(_predict_runs(held, units, model, regression)[0]) - np.log(held.measured[0])) ** 2
+        if per_device and held.dev_rows.size:
+            U = utilisation(held.weights, units.rate_steps_per_s, model)
+            x_pred = U[held.dev_rows, held.dev_units] * units.rate_steps_per_s[held.dev_units]
+            err += 0.5 * float(np.mean((np.log(x_pred) - np.log(held.dev_rates)) ** 2))
+        errors.append(err)
+    return float(np.sqrt(np.mean(errors))) if errors else float("nan")
+
+
+def _selection_score(data: _RunData, units: Units, family: str, with_kappa: bool) -> float:
+    """BIC-like score of a variant fitted to all runs: observations are the aggregate and the
+    per-device throughputs (the latter separate the families), parameters are s (and κ)."""
+    model = _fit_variant(data, units, family, with_kappa)
+    U = utilisation(data.weights, units.rate_steps_per_s, model)
+    resid = [np.log((data.weights * U) @ units.rate_steps_per_s) - np.log(data.measured)]
+    if data.dev_rows.size:
+        resid.append(np.log(U[data.dev_rows, data.dev_units] * units.rate_steps_per_s[data.dev_units]) - np.log(data.dev_rates))
+    r = np.concatenate(resid)
+    n_obs = r.size
+    sse = max(float(np.sum(r ** 2)), n_obs * 1e-6)  # 0.1 % noise floor: exact fits do not win by luck
+    return n_obs * np.log(sse / n_obs) + (2 if with_kappa else 1) * np.log(n_obs)
 
 
 @dataclass
@@ -176,50 +298,60 @@ class ThroughputModel:
     """Analytic async-PS throughput with an optional residual regression; see the module docstring."""
 
     devices: tuple[DeviceMeasurement, ...]
-    service_s: float = 0.0
+    contention: Contention = field(default_factory=Contention)
     regression: object | None = None          # fitted sklearn pipeline on residual_features, or None
     model_std: float = PRIOR_MODEL_STD        # relative error of multi-worker predictions
-    loo_error_analytic: float | None = None   # leave-one-out RMS log-error, analytic only
-    loo_error_calibrated: float | None = None  # ... with the regression
+    loo_errors: dict = field(default_factory=dict)  # variant name → leave-one-out RMS log-error
     n_calibration_runs: int = 0
     _units: dict = field(default_factory=dict, repr=False)
 
     @property
+    def service_s(self) -> float:
+        return self.contention.service_s
+
+    @property
     def capacity_steps_per_s(self) -> float:
-        """C = 1/s, the throughput the shared resource cannot exceed (inf without contention)."""
+        """C = 1/s, the throughput the shared resource cannot exceed with two workers (inf without contention)."""
         return float("inf") if self.service_s <= 0 else 1.0 / self.service_s
 
     @classmethod
-    def fit(cls, devices, runs=(), *, use_regression: bool | None = None) -> "ThroughputModel":
-        """Fit s (and the residual regression when enough multi-device runs exist).
+    def fit(cls, devices, runs=(), *, use_regression: bool | None = None, variant: tuple[str, bool] | None = None) -> "ThroughputModel":
+        """Fit the contention family and parameters, and the residual regression when it helps.
 
-        use_regression: None decides by leave-one-out error; True/False forces it (tests).
+        use_regression: None decides by leave-one-out error; True/False forces it.
+        variant: (family, with κ) forces a family (tests, ablations); None selects by leave-one-out.
         """
         devices = tuple(devices)
         runs = list(runs)
-        validate_inputs(devices, runs, _dummy_job())
+        validate_inputs(devices, runs, JobSpec(total_steps=1))
         units = device_units(devices)
         multi = [r for r in runs if len(r.devices) > 1]
-        model = cls(devices=devices, service_s=_fit_service(units, runs), n_calibration_runs=len(multi))
+        data = _RunData.of(units, multi)
+        loo: dict[str, float] = {}
+        choice = variant or ("queue", False)
+        if variant is None and len(multi) >= 2:
+            candidates = VARIANTS if len(multi) >= 3 else VARIANTS[:2]
+            score = {v: _selection_score(data, units, *v) for v in candidates}
+            choice = min(candidates, key=lambda v: (round(score[v], 4), VARIANTS.index(v)))
+            loo.update({_name(*v) + " (with per-device)": e for v, e in score.items()})
+        contention = _fit_variant(data, units, *choice)
+        model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo)
         model._units["devices"] = units
         if len(multi) >= 2:
-            model.loo_error_analytic = _loo_error(units, runs, with_regression=False)
-        want = use_regression
-        if want is None:
-            want = len(multi) >= MIN_RUNS_FOR_REGRESSION
+            loo[_name(*choice)] = _loo(data, units, *choice, False)
+        model_std = loo.get(_name(*choice))
+        want = use_regression if use_regression is not None else len(multi) >= MIN_RUNS_FOR_REGRESSION
         if want and len(multi) >= 2:
-            model.loo_error_calibrated = _loo_error(units, runs, with_regression=True)
-            keep = use_regression is True or (
-                model.loo_error_calibrated < (model.loo_error_analytic or np.inf)
-            )
-            if keep:
-                model.regression = _fit_regression(units, runs, model.service_s)
-        chosen = model.loo_error_calibrated if model.regression is not None else model.loo_error_analytic
-        if chosen is not None:
-            model.model_std = max(float(chosen), 0.01)
+            loo["regression"] = _loo(data, units, *choice, True)
+            if use_regression is True or loo["regression"] < loo[_name(*choice)]:
+                model.regression = _fit_regression(data, units, contention)
+                model_std = loo["regression"]
+        if model_std is not None and np.isfinite(model_std):
+            model.model_std = max(float(model_std), 0.01)
         log.info(
-            "throughput model: s=%.4g s (capacity %.4g steps/s), regression=%s, model std=%.3f, runs=%d",
-            model.service_s, model.capacity_steps_per_s, model.regression is not None, model.model_std, len(multi),
+            "throughput model: %s s=%.4g s κ=%.3g, regression=%s, model std=%.3f, %d multi-device runs, LOO %s",
+            contention.family, contention.service_s, contention.per_worker, model.regression is not None,
+            model.model_std, len(multi), loo,
         )
         return model
 
@@ -231,7 +363,7 @@ class ThroughputModel:
 
     def predict_weights(self, weights: np.ndarray, units: Units, util_weights: np.ndarray | None = None):
         """(steps_per_s, relative std, QueuePrediction, correction factor) for a weight matrix."""
-        q = solve_queue(weights, units, self.service_s, util_weights)
+        q = solve(weights, units, self.contention, util_weights)
         factor = np.ones(weights.shape[0])
         if self.regression is not None:
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
@@ -262,42 +394,5 @@ class ThroughputModel:
         return steps, steps * rel
 
 
-def _dummy_job():
-    from hetcluster.planner.inputs import JobSpec
-
-    return JobSpec(total_steps=1)
-
-
-def _fit_regression(units: Units, runs: list[RunMeasurement], service_s: float):
-    """Ridge on the log-residual of every measured run (solo runs anchor it at zero)."""
-    from sklearn.linear_model import Ridge
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    W, measured = _run_arrays(units, runs)
-    q = solve_queue(W, units, service_s)
-    X = residual_features(W, units)
-    y = np.log(measured) - np.log(q.steps_per_s)
-    solo = W.sum(axis=1) <= 1
-    y = np.where(solo, 0.0, y)  # solo runs: the feature vector is zero; keep them as anchors at 0
-    pipeline = make_pipeline(StandardScaler(with_mean=False), Ridge(alpha=1.0, fit_intercept=False))
-    X_safe = X.copy()
-    pipeline.fit(X_safe, y)
-    return pipeline
-
-
-def _loo_error(units: Units, runs: list[RunMeasurement], *, with_regression: bool) -> float:
-    """Leave-one-out RMS log-error over the multi-device runs (everything refitted each time)."""
-    errors = []
-    for j, held in enumerate(runs):
-        if len(held.devices) <= 1:
-            continue
-        rest = [r for i, r in enumerate(runs) if i != j]
-        s = _fit_service(units, rest)
-        W, measured = _run_arrays(units, [held])
-        pred = solve_queue(W, units, s).steps_per_s
-        if with_regression and sum(len(r.devices) > 1 for r in rest) >= 1:
-            reg = _fit_regression(units, rest, s)
-            pred = pred * np.exp(reg.predict(residual_features(W, units)))
-        errors.append(float(np.log(pred[0]) - np.log(measured[0])))
-    return float(np.sqrt(np.mean(np.square(errors)))) if errors else float("nan")
+def _name(family: str, kappa: bool) -> str:
+    return f"{family}+κ" if kappa else family
