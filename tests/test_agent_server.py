@@ -306,3 +306,28 @@ def test_startup_errors_are_clear_and_release_the_power_source(tmp_path, creds):
     missing = {"agent": {"name": "a", "listen": "127.0.0.1:0"}, "auth": {"token_file": str(tmp_path / "nope")}}
     with pytest.raises(CredentialsError, match="cannot read token file"):
         AgentServer(AgentConfig.from_mapping(missing, tmp_path), RampSource(), probe_hardware=False)
+
+
+def test_two_concurrent_streams_each_get_their_rate(tmp_path, creds):
+    """Counter sources refuse reads closer than 10 ms; two 100 Hz streams must share reads."""
+    from hetcluster.power.emulated import EmulatedPowerSource
+
+    source = EmulatedPowerSource(idle_w=1.0, busy_w=5.0, compute_share=1.0)
+    with AgentServer(make_config(tmp_path, creds, token=True, tls=False), source, probe_hardware=False) as server:
+        results: dict[int, list] = {}
+
+        def run(index: int) -> None:
+            with AgentClient(server.address, token_file=creds.token) as client:
+                results[index] = list(client.stream_power(rate_hz=100, duration_s=1.0))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+    for samples in results.values():
+        mono = [s.monotonic_s for s in samples]
+        assert all(b > a for a, b in zip(mono, mono[1:]))
+        # without shared reads each stream gets about 40 Hz here (the source allows one read per 10 ms)
+        assert (len(samples) - 1) / (mono[-1] - mono[0]) >= 55.0, len(samples)
+    assert len(results) == 2

@@ -49,6 +49,7 @@ def stream_power(request: agent_pb2.StreamPowerRequest, state: AgentState, is_ac
     start_s = time.monotonic()
     end_s = start_s + request.duration_s if request.duration_s > 0 else math.inf
     next_s = start_s
+    last_s = float("-inf")
     sent = 0
     while is_active() and not state.stopping.is_set():
         now_s = time.monotonic()
@@ -59,7 +60,9 @@ def stream_power(request: agent_pb2.StreamPowerRequest, state: AgentState, is_ac
                 return
         elif now_s - next_s > period_s:
             next_s = now_s
-        yield state.read_power()
+        sample = state.read_power(max_age_s=period_s / 2, newer_than_s=last_s)
+        last_s = sample.monotonic_s
+        yield sample
         sent += 1
         if request.max_samples and sent >= request.max_samples:
             return

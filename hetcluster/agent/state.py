@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from hetcluster.agent.config import AgentConfig
@@ -31,10 +32,19 @@ class AgentState:
         self.ports = PortReservations(advertised_host=config.task_host())
         self.stopping = threading.Event()
         self._power_lock = threading.Lock()
+        self._last_sample: PowerSample | None = None
 
-    def read_power(self) -> PowerSample:
+    def read_power(self, max_age_s: float = 0.0, newer_than_s: float = float("-inf")) -> PowerSample:
+        """A fresh sample, or the last one when it is younger than ``max_age_s`` and taken after
+        ``newer_than_s`` (the caller's previous sample): concurrent streams then share reads
+        instead of each forcing its own (counter sources enforce a minimum interval between
+        reads, which would otherwise halve every stream's rate), and no stream sees a sample twice."""
         with self._power_lock:
-            return self.power_source.read()
+            last = self._last_sample
+            if last is not None and last.monotonic_s > newer_than_s and time.monotonic() - last.monotonic_s < max_age_s:
+                return last
+            self._last_sample = self.power_source.read()
+            return self._last_sample
 
     def close(self, grace_s: float = 5.0) -> None:
         """Stop every task, drop port reservations, release the power source."""
