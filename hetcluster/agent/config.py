@@ -49,8 +49,9 @@ _EMULATION_KEYS = {"compute_share", "cgroup_dir"}
 _TABLES = {"agent", "auth", "power", "emulation"}
 
 
-def split_host_port(address: str, *, what: str = "address") -> tuple[str, int]:
-    """Split "host:port" or "[v6]:port"; raise ConfigError with the expected form otherwise."""
+def split_host_port(address: str, *, what: str = "address", port_zero_hint: str = "") -> tuple[str, int]:
+    """Split "host:port" or "[v6]:port"; raise ConfigError with the expected form otherwise.
+    With ``port_zero_hint`` a port of 0 is refused too (an address a client must connect to)."""
     text = address.strip()
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
@@ -67,6 +68,8 @@ def split_host_port(address: str, *, what: str = "address") -> tuple[str, int]:
         raise ConfigError(f"{what} {address!r} has a non-numeric port.", hint="use a port in 0..65535.") from None
     if not 0 <= port <= 65535:
         raise ConfigError(f"{what} {address!r} has port {port} out of range.", hint="use a port in 0..65535.")
+    if port == 0 and port_zero_hint:
+        raise ConfigError(f"{what} {address!r} has port 0.", hint=port_zero_hint)
     return host, port
 
 

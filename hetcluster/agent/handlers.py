@@ -86,11 +86,9 @@ def validate_cluster_spec(job_name: str, task_index: int, spec: dict[str, list[s
             raise InvalidRequest(f"cluster_spec job {job!r} has no addresses.", hint="give every job at least one host:port.")
         for address in addresses:
             try:
-                _, port = split_host_port(address, what=f"cluster_spec[{job}] address")
+                split_host_port(address, what=f"cluster_spec[{job}] address", port_zero_hint="use ReservePort to get a real port.")
             except ConfigError as error:
                 raise InvalidRequest(error.message, hint=error.hint) from None
-            if port == 0:
-                raise InvalidRequest(f"cluster_spec[{job}] address {address!r} has port 0.", hint="use ReservePort to get a real port.")
     if job_name not in spec:
         raise InvalidRequest(f"cluster_spec has no job {job_name!r}.", hint=f"add the {job_name} addresses to the spec.")
     if task_index >= len(spec[job_name]):
