@@ -25,7 +25,7 @@ from hetcluster.agent.servicer import AgentServicer
 from hetcluster.agent.state import AgentState
 from hetcluster.errors import AgentError
 from hetcluster.power.base import PowerSource
-from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
+from hetcluster.proto.v1 import agent_pb2_grpc
 
 log = logging.getLogger(__name__)
 
