@@ -198,7 +198,7 @@ def test_stream_power_delivers_at_least_10_hz(token_server, creds):
         t0 = time.monotonic()
         samples = list(client.stream_power(rate_hz=20, duration_s=1.0))
         elapsed_s = time.monotonic() - t0
-    assert 18 <= len(samples) <= 21, len(samples)
+    assert 18 <= len(samples) <= 20, len(samples)
     assert elapsed_s < 2.0
     mono = [s.monotonic_s for s in samples]
     wall = [s.wall_time_s for s in samples]

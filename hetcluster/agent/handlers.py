@@ -46,27 +46,28 @@ def stream_power(request: agent_pb2.StreamPowerRequest, state: AgentState, is_ac
     if not (math.isfinite(request.duration_s) and request.duration_s >= 0):
         raise InvalidRequest(f"duration_s {request.duration_s!r} must be >= 0.", hint="use 0 to stream until cancelled.")
     period_s = 1.0 / rate_hz
-    start_s = time.monotonic()
-    end_s = start_s + request.duration_s if request.duration_s > 0 else math.inf
-    next_s = start_s
+    base_s = time.monotonic()
+    end_s = base_s + request.duration_s - 1e-9 if request.duration_s > 0 else math.inf
+    ticks = 0  # next sample is due at base_s + ticks * period_s (no accumulated rounding)
     last_s = float("-inf")
     sent = 0
     while is_active() and not state.stopping.is_set():
-        now_s = time.monotonic()
-        if next_s >= end_s:
+        due_s = base_s + ticks * period_s
+        if due_s >= end_s:
             return
-        if next_s > now_s:
-            if state.stopping.wait(next_s - now_s):
+        now_s = time.monotonic()
+        if due_s > now_s:
+            if state.stopping.wait(due_s - now_s):
                 return
-        elif now_s - next_s > period_s:
-            next_s = now_s
+        elif now_s - due_s > period_s:
+            base_s, ticks = now_s, 0
         sample = state.read_power(max_age_s=period_s / 2, newer_than_s=last_s)
         last_s = sample.monotonic_s
         yield sample
         sent += 1
         if request.max_samples and sent >= request.max_samples:
             return
-        next_s += period_s
+        ticks += 1
 
 
 def reserve_port(request: agent_pb2.ReservePortRequest, state: AgentState) -> str:
