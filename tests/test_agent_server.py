@@ -332,3 +332,19 @@ def test_two_concurrent_streams_each_get_their_rate(tmp_path, creds):
         # without shared reads each stream gets about 40 Hz here (the source allows one read per 10 ms)
         assert (len(samples) - 1) / (mono[-1] - mono[0]) >= 55.0, len(samples)
     assert len(results) == 2
+
+
+def test_power_recorder_reports_an_unreachable_agent(creds):
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    with AgentClient(f"127.0.0.1:{port}", token_file=creds.token, timeout_s=2) as client:
+        recorder = PowerRecorder(client).start()
+        deadline = time.monotonic() + 10
+        while recorder.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert recorder.stop() == []
+    assert recorder.error is not None and "is the agent running" in str(recorder.error)
