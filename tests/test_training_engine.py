@@ -75,7 +75,8 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     assert r2.steps_unattributed == 0 and r2.lost_workers == []
     _check_consistent(r2, ["b", "c"])
     assert r2.checkpoint_path.endswith("ckpt-40")
-    assert progress[-1] == (28, 28) and len(progress) == 28
+    assert progress[-1] == (28, 28)
+    assert [d for d, _ in progress] == sorted(d for d, _ in progress)
     assert r2.steps_per_s > 0
 
     # the job is done: a further run on the same checkpoint applies nothing
@@ -89,7 +90,7 @@ def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
     addresses, servers = make_cluster(["a", "b"])
 
     def kill_b(done, to_do, elapsed_s):
-        if done == 25:
+        if done >= 25 and servers["b"].alive():
             servers["b"].kill()
 
     result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=150), addresses, timeout_s=300,

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 # gradient_fn(model, x, y) -> (loss, gradients aligned with model.trainable_variables)
 GradientFn = Callable[[Any, Any, Any], tuple[Any, list[Any]]]
-# on_progress(steps_done_in_run, steps_to_do_in_run, elapsed_s)
+# on_progress(steps_applied_so_far_in_run, steps_to_do_in_run, elapsed_s), polled ~4 times a second
 ProgressFn = Callable[[int, int, float], None]
 
 
@@ -195,18 +195,25 @@ class _Trainer:
     def iterations(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
-    def run_round(self, count: int, target: int, on_done: Callable[[], None]) -> list[_Stamp]:
-        """Schedule ``count`` closures, collect their results in order, then join."""
+    def run_round(self, count: int, target: int, on_poll: Callable[[], None], poll_s: float = 0.25) -> list[_Stamp]:
+        """Schedule ``count`` closures, poll ``on_poll`` until they are done, join, then fetch.
+
+        Results are fetched only after ``join()``: a RemoteValue is marked ready before the
+        coordinator's worker thread has copied it home, and copying it from a worker that dies in
+        that moment would raise here instead of inside TF's failure handling (which re-runs it).
+        """
         import tensorflow as tf
 
         target_t = tf.constant(target, dtype=tf.int64)
         values = [self.coordinator.schedule(self.step_fn, args=(self.iterator, target_t)) for _ in range(count)]
+        while not self.coordinator.done():
+            on_poll()
+            time.sleep(poll_s)
+        self.coordinator.join()
         stamps = []
         for value in values:
             loss, applied, start_s, end_s, worker = value.fetch()
             stamps.append(_Stamp(float(loss), bool(applied), float(start_s), float(end_s), int(worker)))
-            on_done()
-        self.coordinator.join()
         return stamps
 
     def lost_workers(self) -> list[str]:
@@ -240,13 +247,12 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     to_do = target - restored
     per_round = min(x for x in (round_steps or 0, spec.checkpoint_every_steps, to_do or 1) if x > 0)
     stamps: list[_Stamp] = []
-    done = [0]
     start_wall_s = time.time()
 
-    def on_done() -> None:
-        done[0] += 1
+    def on_poll() -> None:
+        # optimizer.iterations lives on the PS: reading it is the exact live count of applied steps
         if on_progress is not None:
-            on_progress(min(done[0], to_do), to_do, time.time() - start_wall_s)
+            on_progress(trainer.iterations() - restored, to_do, time.time() - start_wall_s)
 
     scheduled = 0
     checkpoint_path = None
@@ -254,7 +260,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     try:
         while current < target and not (stop_event is not None and stop_event.is_set()):
             count = min(per_round, target - current)
-            stamps += trainer.run_round(count, target, on_done)
+            stamps += trainer.run_round(count, target, on_poll)
             scheduled += count
             current = trainer.iterations()
             if spec.checkpoint_every_steps and current < target:
@@ -266,6 +272,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
         raise TrainingError(f"Training failed: {exc.message.splitlines()[0] if exc.message else exc}",
                             hint="check that the parameter server is alive; resume from the last checkpoint.") from exc
     end_wall_s = time.time()
+    if on_progress is not None:
+        on_progress(current - restored, to_do, end_wall_s - start_wall_s)
     checkpoint_path = trainer.save() or checkpoint_path
     return _result(spec, cluster, trainer, stamps, restored, current, start_wall_s, end_wall_s,
                    checkpoint_path, scheduled)

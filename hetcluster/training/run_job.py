@@ -8,8 +8,9 @@ run on another device set needs another cluster, so every run gets its own proce
 ``job.json`` is ``{"train": TrainSpec.to_dict(), "cluster": ClusterAddresses.to_dict()}``. The
 result file (written atomically) holds ``RunResult.to_dict()``, or ``{"error": ..., "error_type":
 ...}`` with exit code 2. SIGINT/SIGTERM stop the run at the next round boundary and still write a
-checkpoint and the result. The progress file gets one JSON line ``{"done", "to_do", "elapsed_s"}``
-per completed step, for live displays in the parent.
+checkpoint and the result. The progress file gets a JSON line ``{"done", "to_do", "elapsed_s"}``
+about four times a second (``done`` = applied steps so far, read from ``optimizer.iterations``),
+for live displays in the parent.
 """
 
 from __future__ import annotations
