@@ -56,7 +56,8 @@ class AgentClient:
         options: list[tuple[str, Any]] = [("grpc.enable_retries", 0)]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
-        if ca_file is not None or cert_file is not None:
+        self._tls = ca_file is not None or cert_file is not None
+        if self._tls:
             self._channel = grpc.secure_channel(address, channel_credentials(ca_file, cert_file, key_file), options=options)
         else:
             self._channel = grpc.insecure_channel(address, options=options)
@@ -68,6 +69,8 @@ class AgentClient:
         code = error.code() if hasattr(error, "code") else None
         details = error.details() if hasattr(error, "details") else str(error)
         hint = _HINTS.get(code, "see the agent's log.").format(address=self.address)
+        if code == grpc.StatusCode.UNAVAILABLE and not self._tls:
+            hint += " If the agent uses TLS, pass the CA that signed its certificate (ca_file / --ca-file)."
         result = AgentError(f"{what} on agent {self.address} failed: {code.name if code else 'error'}: {details}.", hint=hint)
         result.status_code = code  # type: ignore[attr-defined]
         return result
