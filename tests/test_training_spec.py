@@ -44,8 +44,11 @@ def _result(**kw) -> RunResult:
 
 def test_run_result_figures_and_round_trip():
     r = _result()
-    # after one warm-up completion: 3 completions from t=100.6 to t=101.5
-    assert r.steps_per_s == pytest.approx(2 / 0.9)
+    # one warm-up step (ends 100.4), then 3 completions up to t=101.5
+    assert r.measurement_window() == (100.4, 101.5, 3)
+    assert r.steps_per_s == pytest.approx(3 / 1.1)
+    assert _result(warmup_steps=0).measurement_window() == (100.0, 101.5, 4)
+    assert _result(step_times=[], warmup_steps=0).steps_per_s == 0.0
     assert r.step_durations_s("a") == pytest.approx([0.5, 0.5])
     assert r.steps_unattributed == 0
     data = r.to_dict()

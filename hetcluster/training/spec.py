@@ -126,13 +126,21 @@ class RunResult:
         rows = self.step_times[self.warmup_steps:]
         return [end - start for start, end, w in rows if worker is None or w == worker]
 
+    def measurement_window(self) -> tuple[float, float, int]:
+        """``(t0_wall_s, t1_wall_s, steps)``: from the end of the warm-up steps (the run's start
+        when there are none) to the last completion, and the applied steps completed inside."""
+        ends = sorted(end for _, end, _ in self.step_times)
+        if not ends:
+            return self.start_wall_s, self.end_wall_s, 0
+        warmup = min(self.warmup_steps, len(ends) - 1)
+        t0 = ends[warmup - 1] if warmup > 0 else self.start_wall_s
+        return t0, ends[-1], len(ends) - warmup
+
     @property
     def steps_per_s(self) -> float:
-        """Throughput after the warm-up steps (the first ``warmup_steps`` completions)."""
-        times = [end for _, end, _ in self.step_times][self.warmup_steps:]
-        if len(times) < 2:
-            return self.steps_applied / self.time_s if self.time_s > 0 else 0.0
-        return (len(times) - 1) / (times[-1] - times[0]) if times[-1] > times[0] else 0.0
+        """Applied steps per second over :meth:`measurement_window` (warm-up excluded)."""
+        t0, t1, steps = self.measurement_window()
+        return steps / (t1 - t0) if t1 > t0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -1,0 +1,129 @@
+"""Bring up the TF servers of one run: a worker on each chosen device (via its agent) and the PS.
+
+Order matters: every address must be in the cluster spec before any server starts, so ports are
+reserved on the agents first (they hold the port until StartTask), the parameter server and chief
+ports are picked on the coordinator host, then the PS starts locally and each agent starts its
+worker. ``LaunchedCluster.stop()`` undoes all of it; it is also the context-manager exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from hetcluster.errors import AgentError, TaskError
+from hetcluster.training.servers import LocalServer, address_reachable, free_port, start_parameter_servers
+from hetcluster.training.spec import ClusterAddresses
+
+log = logging.getLogger(__name__)
+
+
+class DeviceLaunchError(TaskError):
+    """A device's agent could not reserve a port or start its worker; ``device`` names it."""
+
+    def __init__(self, device: str, message: str, *, hint: str | None = None) -> None:
+        self.device = device
+        super().__init__(message, hint=hint)
+
+
+@dataclass
+class LaunchedCluster:
+    """Servers of one run: addresses, the agents' task ids, and the local PS processes."""
+
+    addresses: ClusterAddresses
+    task_ids: dict[str, str]
+    ps_servers: list[LocalServer]
+    clients: dict[str, Any] = field(repr=False)
+
+    def stop(self) -> dict[str, str]:
+        """Stop every worker task and PS; return ``{device: error}`` for stops that failed."""
+        failures: dict[str, str] = {}
+        for name, task_id in self.task_ids.items():
+            try:
+                self.clients[name].stop_task(task_id)
+            except AgentError as error:
+                failures[name] = str(error)
+                log.warning("could not stop the worker on %s: %s", name, error)
+        for server in self.ps_servers:
+            server.stop()
+        for client in self.clients.values():
+            client.close()
+        self.task_ids, self.ps_servers = {}, []
+        return failures
+
+    def __enter__(self) -> "LaunchedCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
+                   client_timeout_s: float = 10.0) -> LaunchedCluster:
+    """Start a worker on each inventory ``DeviceEntry`` in ``devices`` and ``num_ps`` local PS.
+
+    The coordinator (chief) and PS listen on ``ps_host``, which must be this machine as the
+    devices see it. Raises DeviceLaunchError naming the first device that failed (everything
+    started so far is stopped again).
+    """
+    clients = {d.name: d.client(timeout_s=client_timeout_s) for d in devices}
+    workers: dict[str, str] = {}
+    for device in devices:
+        try:
+            workers[device.name] = clients[device.name].reserve_port(ttl_s=ready_timeout_s + 60.0)
+        except AgentError as error:
+            _close(clients)
+            raise DeviceLaunchError(device.name, f"Device {device.name}: {error}",
+                                    hint="check its agent, or leave the device out.") from error
+    addresses = ClusterAddresses(workers=workers, ps=[f"{ps_host}:{free_port('')}" for _ in range(num_ps)],
+                                 chief=f"{ps_host}:{free_port('')}")
+    spec = addresses.cluster_spec_dict()
+    launched = LaunchedCluster(addresses, {}, start_parameter_servers(spec, ready_timeout_s), clients)
+    run_tag = uuid.uuid4().hex[:8]
+    try:
+        for index, device in enumerate(devices):
+            try:
+                task = clients[device.name].start_task("worker", index, spec, task_id=f"hc-{run_tag}-w{index}")
+            except AgentError as error:
+                raise DeviceLaunchError(device.name, f"Device {device.name} could not start its worker: {error}",
+                                        hint="check its agent's log, or leave the device out.") from error
+            launched.task_ids[device.name] = task.task_id
+        _wait_until_listening(launched, ready_timeout_s)
+    except BaseException:
+        launched.stop()
+        raise
+    log.info("cluster up: workers %s, ps %s, chief %s", workers, addresses.ps, addresses.chief)
+    return launched
+
+
+def _wait_until_listening(launched: LaunchedCluster, timeout_s: float) -> None:
+    """Block until every worker port accepts connections; fail fast if a task dies."""
+    pending = dict(launched.addresses.workers)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for name, address in list(pending.items()):
+            if address_reachable(address, timeout_s=0.5):
+                del pending[name]
+                continue
+            try:
+                tasks = launched.clients[name].task_status(launched.task_ids[name])
+            except AgentError as error:
+                raise DeviceLaunchError(name, f"Lost the agent of {name} while its worker started: {error}",
+                                        hint="check the device, or leave it out.") from error
+            if tasks and not tasks[0].alive:
+                raise DeviceLaunchError(name, f"The worker on {name} exited ({tasks[0].state}): {tasks[0].message}",
+                                        hint="see the agent's task log on that device.")
+        if pending and time.monotonic() > deadline:
+            name = next(iter(pending))
+            raise DeviceLaunchError(name, f"The worker on {name} ({pending[name]}) did not listen within "
+                                          f"{timeout_s:.0f} s.", hint="check the device's load and network.")
+        if pending:
+            time.sleep(0.2)
+
+
+def _close(clients: dict[str, Any]) -> None:
+    for client in clients.values():
+        client.close()
