@@ -229,14 +229,7 @@ def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, 
 
 def agent_command(config_path: str) -> list[str]:
     """How an emulated device's agent is run: the same `hetcluster agent serve` users run."""
-    import importlib.util
-
-    if importlib.util.find_spec("hetcluster.cli.cmd_agent") is not None:
-        return [sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", config_path]
-    code = ("import logging, sys; logging.basicConfig(level=logging.INFO); "
-            "from hetcluster.agent.config import load_config; from hetcluster.agent.server import serve; "
-            "serve(load_config(sys.argv[1]))")
-    return [sys.executable, "-c", code, config_path]
+    return [sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", config_path]
 
 
 def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
