@@ -55,9 +55,11 @@ def infeasible_error(table: pd.DataFrame, objective: Objective, constraints: tup
         others = np.logical_and.reduce([m for j, m in enumerate(masks) if j != i]) if len(masks) > 1 else np.ones(len(table), bool)
         if others.any() and not isinstance(c, MemoryFit):
             best = order[others[order]][0]
-            row = table.iloc[best]
+            violation = np.where(others, c.violation(table), np.inf)
+            nearest = int(np.lexsort((objective.values(table), violation))[0])
             return InfeasibleError(
-                f"No configuration satisfies the {c.describe()}. Ignoring it, the best by {objective.name} is {_cost(row)}.",
+                f"No configuration satisfies the {c.describe()}. The nearest is {_cost(table.iloc[nearest])}; "
+                f"ignoring the constraint, the best by {objective.name} is {_cost(table.iloc[best])}.",
                 hint=f"relax or drop {c.flag}.",
             )
     violation = np.sum([c.violation(table) for c in constraints], axis=0)

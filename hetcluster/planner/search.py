@@ -66,6 +66,7 @@ def plan(
     if not search and total <= max_table_rows:
         configs = class_configurations(units.counts)
         table = table_from(units, configs, evaluate(models, units, configs))
+        table.attrs["device_names"] = tuple(d.name for d in devices)
         return choose(table, objective, constraints)
     if search is False:
         from hetcluster.errors import PlanningError
@@ -73,6 +74,7 @@ def plan(
         raise PlanningError(f"{total} class configurations exceed the table limit of {max_table_rows}.", hint="allow the search.")
     configs = search_counts(models, units, objective, constraints, required)
     table = table_from(units, configs, evaluate(models, units, configs))
+    table.attrs["device_names"] = tuple(d.name for d in devices)
     table.attrs["search"] = "pattern"
     table.attrs["configurations_total"] = total
     return choose(table, objective, constraints)

@@ -26,8 +26,10 @@ Calibration
 -----------
 For each family, s (and for the "+κ" variants, κ) is fitted to the multi-device runs by least
 squares on log R and, where recorded, on each device's log x_i. The variant (queue, queue+κ,
-waterfill, waterfill+κ) is chosen by leave-one-out error over the multi-device runs (queue
-when there are fewer than two runs). With at least three multi-device runs, a ridge regression
+waterfill, waterfill+κ; the κ variants only with three or more multi-device runs) is chosen by
+a BIC-like score over all aggregate and per-device observations (n·log(SSE/n) + k·log n; queue
+when there are fewer than two runs) — with only a handful of runs, leave-one-out over the runs
+was too noisy to tell the families apart, while the per-device slowdowns separate them well. With at least three multi-device runs, a ridge regression
 (scikit-learn) on the log-residual log(R_meas/R_model), with features that vanish for one worker
 [log n, log(Σr/max r), 1 − min r/max r], corrects what the family misses; it is kept only when
 its leave-one-out error beats the analytic model's.
@@ -85,8 +87,8 @@ def utilisation(W: np.ndarray, rate: np.ndarray, model: Contention) -> np.ndarra
     if model.family == "waterfill":
         return np.minimum(1.0, _waterfill_level(W, rate, 1.0 / s_n)[:, None] / rate[None, :])
     shift = s_n - model.service_s
-    v = shift + _solve_wait(W, rate, s_n, shift, n)
-    return 1.0 / (1.0 + v[:, None] * rate[None, :])
+    z = 1.0 / rate[None, :] + shift[:, None]
+    return (1.0 / rate[None, :]) / (z + _solve_waits(W, rate, s_n, shift))
 
 
 def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -102,35 +104,54 @@ def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> n
     return np.where(contrib.sum(axis=1) <= capacity, np.inf, theta)
 
 
-def _newton_step(W, inv_rate, w, a, s, shift):
-    Y = 1.0 / (inv_rate[None, :] + (shift + w)[:, None])
-    R = np.einsum("ij,ij->i", W, Y)
-    dR = -np.einsum("ij,ij->i", W, Y * Y)
-    rho, drho = s * R, s * dR
-    h = w * (1.0 - a * rho) - s * a * rho
-    dh = 1.0 - a * rho - a * drho * (w + s)
-    return np.maximum(w - h / dh, 0.0)
+def _occupancy_terms(W, z, s, Q):
+    """Per-customer Schweitzer terms at total occupancy Q: waits w_i, occupancies Q_i, dQ_i/dQ.
+
+    w_i is the non-negative root of w² + b·w + c = 0 with b = z_i + s − Q·s and
+    c = s·(s − Q·z_i) (from w_i = s·(Q − Q_i)); where it is positive, Q_i = Q − w_i/s and
+    dQ_i/dQ = 1 − (w_i + z_i)/√disc, else the worker never waits: Q_i = s/z_i, slope 0.
+    """
+    s_col, Q_col = s[:, None], Q[:, None]
+    b = z + s_col * (1.0 - Q_col)
+    root_disc = np.sqrt(np.maximum(b * b - 4.0 * s_col * (s_col - Q_col * z), 0.0))
+    w = 0.5 * (root_disc - b)
+    waits = w > 0.0
+    w = np.where(waits, w, 0.0)
+    occupancy = np.where(waits, Q_col - w / s_col, s_col / z)
+    slope = np.where(waits, 1.0 - (w + z) / np.maximum(root_disc, 1e-30), 0.0)
+    return w, occupancy, slope
 
 
-def _solve_wait(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Queue wait w per row: root of h(w) = w(1 − aρ(w)) − s·a·ρ(w)."""
-    a = 1.0 - 1.0 / np.maximum(n, 1.0)
-    # Start right of the root (h > 0): w1 = s·a·ρ0/(1 − a·ρ0) with ρ0 = s·R(0) when a·ρ0 < 1,
-    # else 2·s·a·n (there ρ ≤ s·n/w keeps a·ρ ≤ 1/2).
-    load = a * s * np.einsum("ij,ij->i", W, 1.0 / (1.0 / rate[None, :] + shift[:, None]))
-    w = np.where(load < 0.999, s * load / np.maximum(1.0 - load, 1e-3), 2.0 * s * a * n)
-    w = np.minimum(w, 2.0 * s * a * n) + 1e-15
+def _solve_waits(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """Per-worker queue waits w_i (rows × units) from the Bard–Schweitzer fixed point.
+
+    Worker i waits behind the others' occupancy of the server, w_i = s·(Q − Q_i), with
+    Q_i = (s + w_i)/(z_i + w_i) its own occupancy and z_i its cycle without waiting. For a given
+    total Q that is a quadratic in w_i. H(Q) = Σ Q_i(Q) − Q is concave with H(0) > 0 ≥ H(n), so
+    it has one root and Newton started at Q = n converges monotonically from the right; run in
+    float32 for all rows at once, then polished by one float64 step.
+    """
+    n = W.sum(axis=1)
+    z = 1.0 / rate[None, :] + shift[:, None]
     f32 = np.float32
-    W32, inv32, a32, s32, sh32 = W.astype(f32), (1.0 / rate).astype(f32), a.astype(f32), s.astype(f32), shift.astype(f32)
-    w32 = w.astype(f32)
-    for _ in range(40):
-        w_new = _newton_step(W32, inv32, w32, a32, s32, sh32)
-        done = np.all(np.abs(w_new - w32) <= 1e-6 * w32 + 1e-12)
-        w32 = w_new
+    W32, z32, s32 = W.astype(f32), z.astype(f32), s.astype(f32)
+    Q32 = n.astype(f32)
+    for _ in range(60):
+        _, occ, slope = _occupancy_terms(W32, z32, s32, Q32)
+        H = np.einsum("ij,ij->i", W32, occ) - Q32
+        dH = np.einsum("ij,ij->i", W32, slope) - 1.0
+        Q_new = np.clip(Q32 - H / np.minimum(dH, -1e-6), 0.0, Q32).astype(f32)
+        done = np.all(Q32 - Q_new <= 1e-6 * Q32 + 1e-12)
+        Q32 = Q_new
         if done:
             break
-    w = w32.astype(np.float64) * (1 + 1e-5) + 1e-15  # just right of the root, then full precision
-    return _newton_step(W, 1.0 / rate, w, a, s, shift)
+    Q = np.minimum(Q32.astype(np.float64) * (1.0 + 1e-5) + 1e-12, n)  # right of the root again
+    _, occ, slope = _occupancy_terms(W, z, s, Q)
+    H = np.einsum("ij,ij->i", W, occ) - Q
+    dH = np.einsum("ij,ij->i", W, slope) - 1.0
+    Q = np.clip(Q - H / np.minimum(dH, -1e-12), 0.0, n)
+    w, _, _ = _occupancy_terms(W, z, s, Q)
+    return w
 
 
 def solve(weights: np.ndarray, units: Units, model: Contention, util_weights: np.ndarray | None = None) -> QueuePrediction:
@@ -301,7 +322,8 @@ class ThroughputModel:
     contention: Contention = field(default_factory=Contention)
     regression: object | None = None          # fitted sklearn pipeline on residual_features, or None
     model_std: float = PRIOR_MODEL_STD        # relative error of multi-worker predictions
-    loo_errors: dict = field(default_factory=dict)  # variant name → leave-one-out RMS log-error
+    loo_errors: dict = field(default_factory=dict)  # chosen variant / "regression" → leave-one-out RMS log-error
+    selection_scores: dict = field(default_factory=dict)  # variant → BIC-like score (lower is better)
     n_calibration_runs: int = 0
     _units: dict = field(default_factory=dict, repr=False)
 
@@ -328,14 +350,16 @@ class ThroughputModel:
         multi = [r for r in runs if len(r.devices) > 1]
         data = _RunData.of(units, multi)
         loo: dict[str, float] = {}
+        selection: dict[str, float] = {}
         choice = variant or ("queue", False)
         if variant is None and len(multi) >= 2:
             candidates = VARIANTS if len(multi) >= 3 else VARIANTS[:2]
             score = {v: _selection_score(data, units, *v) for v in candidates}
             choice = min(candidates, key=lambda v: (round(score[v], 4), VARIANTS.index(v)))
-            loo.update({_name(*v) + " (with per-device)": e for v, e in score.items()})
+            selection = {_name(*v): float(e) for v, e in score.items()}
         contention = _fit_variant(data, units, *choice)
-        model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo)
+        model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo,
+                    selection_scores=selection)
         model._units["devices"] = units
         if len(multi) >= 2:
             loo[_name(*choice)] = _loo(data, units, *choice, False)
@@ -349,9 +373,9 @@ class ThroughputModel:
         if model_std is not None and np.isfinite(model_std):
             model.model_std = max(float(model_std), 0.01)
         log.info(
-            "throughput model: %s s=%.4g s κ=%.3g, regression=%s, model std=%.3f, %d multi-device runs, LOO %s",
+            "throughput model: %s s=%.4g s κ=%.3g, regression=%s, model std=%.3f, %d multi-device runs, LOO %s, BIC %s",
             contention.family, contention.service_s, contention.per_worker, model.regression is not None,
-            model.model_std, len(multi), loo,
+            model.model_std, len(multi), loo, selection,
         )
         return model
 
