@@ -231,12 +231,14 @@ class _Trainer:
 
 def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: GradientFn | None = None,
                  on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None,
-                 round_steps: int | None = None) -> RunResult:
+                 round_steps: int | None = None, all_lost_timeout_s: float = 15.0) -> RunResult:
     """Restore the latest checkpoint, apply exactly ``total_steps - restored`` steps, checkpoint.
 
     Call at most once per process (see the module docstring); :func:`run_job.run_in_subprocess`
     does that for you. ``stop_event`` is honoured between rounds (of ``round_steps``, or of
     ``checkpoint_every_steps``); a stopped run saves a checkpoint and returns what it did.
+    When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
+    (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
     """
     import tensorflow as tf
 
@@ -249,10 +251,22 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     stamps: list[_Stamp] = []
     start_wall_s = time.time()
 
+    last_alive_s = [time.monotonic(), time.monotonic()]  # last time a worker answered, last probe
+
     def on_poll() -> None:
         # optimizer.iterations lives on the PS: reading it is the exact live count of applied steps
         if on_progress is not None:
             on_progress(trainer.iterations() - restored, to_do, time.time() - start_wall_s)
+        now = time.monotonic()
+        if now - last_alive_s[1] >= 1.0:
+            last_alive_s[1] = now
+            if any(address_reachable(a, timeout_s=0.5) for a in cluster.workers.values()):
+                last_alive_s[0] = now
+            elif now - last_alive_s[0] > all_lost_timeout_s:
+                # ClusterCoordinator would wait for a worker to come back forever
+                raise TrainingError(f"All workers are gone ({', '.join(cluster.worker_names)}); "
+                                    f"{trainer.iterations()} steps applied so far.",
+                                    hint="restart the devices' workers and resume from the last checkpoint.")
 
     scheduled = 0
     checkpoint_path = None

@@ -1,0 +1,213 @@
+"""Run the pre-training phase on a fleet and return its Profile.
+
+Sequence (all real: agents start TF workers, the engine trains the job's model):
+
+1. health-check every device's agent; start a PowerRecorder on each (a device that fails here is
+   excluded with a warning);
+2. idle power: ``idle_s`` with no TF server running;
+3. each device alone for ``steps_per_run`` steps, then the calibration sets of ``sets.py``;
+4. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
+   the job: the profile records the step count and the checkpoint to continue from.
+
+Times and power use each run's measurement window (from the end of the warm-up steps to the last
+completion, stamped on the workers), so start-up and warm-up are excluded. A device whose launch
+or run fails, or that is lost during a run, is excluded with a warning and the rest continue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from hetcluster.errors import AgentError, HetclusterError, ProfileError
+from hetcluster.models.datasets import DataSource
+from hetcluster.models.spec import ModelSpec
+from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
+from hetcluster.profiling.sets import calibration_sets
+
+log = logging.getLogger(__name__)
+
+# on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done", "progress"
+EventFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """How much to measure: steps per run (warm-up included), idle time, power rate, sets."""
+
+    steps_per_run: int = 30
+    warmup_steps: int = 5
+    idle_s: float = 3.0
+    power_rate_hz: float = 10.0
+    max_sets: int = 3
+    learning_rate: float = 0.01
+    run_timeout_s: float = 600.0
+    ready_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.steps_per_run < self.warmup_steps + 2:
+            raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
+                               f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
+
+
+class _Phase:
+    """State of one pre-training phase: clients, recorders, the running step count."""
+
+    def __init__(self, inventory: Any, model: ModelSpec, data: DataSource, checkpoint_dir: str,
+                 settings: PretrainSettings, on_event: EventFn | None) -> None:
+        self.inventory, self.model, self.data = inventory, model, data
+        self.checkpoint_dir, self.settings = checkpoint_dir, settings
+        self.on_event = on_event or (lambda kind, details: None)
+        self.excluded: dict[str, str] = {}
+        self.recorders: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+        self.steps_total = 0
+        self.energy_j = 0.0
+        self.checkpoint_path: str | None = None
+
+    def exclude(self, name: str, reason: str) -> None:
+        if name not in self.excluded:
+            log.warning("excluding device %s from pre-training: %s", name, reason)
+            self.excluded[name] = reason
+            self.on_event("excluded", {"device": name, "reason": reason})
+
+    def start_recorders(self, names: Sequence[str]) -> list[str]:
+        from hetcluster.agent.client import PowerRecorder
+
+        ready = []
+        for name in names:
+            client = self.inventory.device(name).client()
+            self.clients[name] = client
+            if not client.health():
+                self.exclude(name, f"agent at {client.address} does not answer its health check")
+                continue
+            try:
+                self.recorders[name] = PowerRecorder(client, rate_hz=self.settings.power_rate_hz).start()
+            except AgentError as error:
+                self.exclude(name, f"power stream failed: {error}")
+                continue
+            ready.append(name)
+        return ready
+
+    def stop(self) -> None:
+        for recorder in self.recorders.values():
+            recorder.stop()
+        for client in self.clients.values():
+            client.close()
+
+    def usable(self, names: Sequence[str]) -> list[str]:
+        return [n for n in names if n not in self.excluded]
+
+    def measure(self, names: Sequence[str]) -> tuple[Any, float, float]:
+        """Train ``steps_per_run`` more steps on ``names``; return (RunResult, t0, t1) of its window."""
+        from hetcluster.training.launch import launch_cluster
+        from hetcluster.training.run_job import run_in_subprocess
+        from hetcluster.training.spec import TrainSpec
+
+        settings = self.settings
+        spec = TrainSpec(model=self.model, total_steps=self.steps_total + settings.steps_per_run, data=self.data,
+                         checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
+                         learning_rate=settings.learning_rate)
+        entries = [self.inventory.device(n) for n in names]
+        self.on_event("run_start", {"devices": list(names), "steps": settings.steps_per_run})
+        with launch_cluster(entries, self.inventory.parameter_server_host,
+                            ready_timeout_s=settings.ready_timeout_s) as launched:
+            result = run_in_subprocess(
+                spec, launched.addresses, timeout_s=settings.run_timeout_s,
+                on_progress=lambda done, to_do, el: self.on_event("progress", {"devices": list(names), "done": done,
+                                                                               "to_do": to_do, "elapsed_s": el}))
+        self.steps_total = result.steps_total
+        self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
+        self.energy_j += sum(self.recorders[n].energy_j(result.start_wall_s, result.end_wall_s) for n in names
+                             if n in self.recorders)
+        t0, t1, _ = result.measurement_window()
+        self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
+                                   "lost": list(result.lost_workers)})
+        return result, t0, t1
+
+
+def _rate_std(result: Any) -> float:
+    """Standard error of the solo rate, from the spread of post-warm-up completion intervals."""
+    ends = sorted(end for _, end, _ in result.step_times)[result.warmup_steps:]
+    intervals = [b - a for a, b in zip(ends, ends[1:]) if b > a]
+    if len(intervals) < 2:
+        return 0.0
+    mean = statistics.fmean(intervals)
+    return result.steps_per_s * statistics.stdev(intervals) / mean / math.sqrt(len(intervals))
+
+
+def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
+                    settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
+                    on_event: EventFn | None = None) -> Profile:
+    """Measure every device alone and the calibration sets; return the Profile (not yet saved).
+
+    Raises ProfileError when no device could be measured.
+    """
+    settings = settings or PretrainSettings()
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event)
+    phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
+    names = list(device_names or inventory.names)
+    phase_start_s = time.time()
+    devices: list[DeviceProfile] = []
+    runs: list[RunProfile] = []
+    try:
+        available = phase.start_recorders(names)
+        idle_t0 = time.time()
+        time.sleep(settings.idle_s)
+        idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
+        phase.on_event("idle", {"idle_power_w": dict(idle_w)})
+        for name in available:
+            try:
+                result, t0, t1 = phase.measure([name])
+            except HetclusterError as error:
+                phase.exclude(name, f"solo run failed: {error}")
+                continue
+            if result.lost_workers:
+                phase.exclude(name, "lost during its solo run")
+                continue
+            recorder = phase.recorders[name]
+            devices.append(DeviceProfile(
+                name=name, steps_per_s=result.steps_per_s, steps_per_s_std=_rate_std(result),
+                busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w[name],
+                steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
+                power_source=(recorder.samples[-1].source if recorder.samples else "")))
+        solo = {d.name: d.steps_per_s for d in devices}
+        for members in calibration_sets(solo, settings.max_sets):
+            members = tuple(phase.usable(members))
+            if len(members) < 2:
+                continue
+            try:
+                result, t0, t1 = phase.measure(members)
+            except HetclusterError as error:
+                log.warning("calibration run %s failed: %s", "+".join(members), error)
+                phase.on_event("excluded", {"run": list(members), "reason": str(error)})
+                continue
+            if result.lost_workers:
+                for name in result.lost_workers:
+                    phase.exclude(name, f"lost during the run of {'+'.join(members)}")
+                continue
+            per_device_w = {n: phase.recorders[n].mean_power_w(t0, t1) for n in members}
+            runs.append(RunProfile(
+                devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
+                steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()),
+                energy_j=sum(phase.recorders[n].energy_j(t0, t1) for n in members),
+                per_device_steps=dict(result.steps_per_worker), per_device_power_w=per_device_w))
+    finally:
+        phase.stop()
+    devices = [d for d in devices if d.name not in phase.excluded]
+    runs = [r for r in runs if not set(r.devices) & set(phase.excluded)]
+    if not devices:
+        raise ProfileError(f"No device could be measured: {phase.excluded}.",
+                           hint="check the agents (`hetcluster cluster status`) and try again.")
+    return Profile(model=model.to_dict(), devices=devices, runs=runs, excluded=dict(phase.excluded),
+                   pretrain_steps=phase.steps_total, pretrain_time_s=time.time() - phase_start_s,
+                   pretrain_energy_j=phase.energy_j, checkpoint_dir=checkpoint_dir,
+                   checkpoint_path=phase.checkpoint_path, warmup_steps=settings.warmup_steps,
+                   steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
+                   idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)))

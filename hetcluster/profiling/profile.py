@@ -1,0 +1,156 @@
+"""The pre-training profile: what each device and calibration set measured, stored and converted.
+
+Written as a JSON summary (complete, authoritative, read back by ``load_profile``) and a Parquet
+table with one row per measurement (kind ``idle``/``solo``/``set``) for analysis with pandas.
+Both files are written atomically (temporary file + ``os.replace``). ``to_planner_inputs`` turns a
+profile into the planner's ``DeviceMeasurement``/``RunMeasurement``/``JobSpec``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetcluster.errors import ProfileError
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class DeviceProfile:
+    """One device alone: applied steps/s after warm-up, its spread, busy and idle power."""
+
+    name: str
+    steps_per_s: float
+    steps_per_s_std: float
+    busy_power_w: float
+    idle_power_w: float
+    steps: int
+    time_s: float
+    energy_j: float
+    power_source: str = ""
+
+
+@dataclass
+class RunProfile:
+    """One measured run of a set of devices together (warm-up excluded from time and power)."""
+
+    devices: tuple[str, ...]
+    steps: int
+    time_s: float
+    steps_per_s: float
+    power_w: float
+    energy_j: float
+    per_device_steps: dict[str, int] = field(default_factory=dict)
+    per_device_power_w: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Profile:
+    """Everything pre-training measured, and where the job's checkpoint stands after it."""
+
+    model: dict[str, Any]
+    devices: list[DeviceProfile]
+    runs: list[RunProfile]
+    excluded: dict[str, str]
+    pretrain_steps: int
+    pretrain_time_s: float
+    pretrain_energy_j: float
+    checkpoint_dir: str | None
+    checkpoint_path: str | None
+    warmup_steps: int
+    steps_per_run: int
+    created_wall_s: float
+    idle_power_counts: bool = False
+
+    def device(self, name: str) -> DeviceProfile:
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise ProfileError(f"Device {name!r} is not in the profile.", hint="re-run pre-training with that device.")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format_version"] = FORMAT_VERSION
+        for run in data["runs"]:
+            run["devices"] = list(run["devices"])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Profile":
+        data = dict(data)
+        if data.pop("format_version", None) != FORMAT_VERSION:
+            raise ProfileError("Profile has an unknown format version.", hint="re-run `hetcluster profile`.")
+        data["devices"] = [DeviceProfile(**d) for d in data["devices"]]
+        data["runs"] = [RunProfile(**{**r, "devices": tuple(r["devices"])}) for r in data["runs"]]
+        return cls(**data)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat row per measurement, for the Parquet table."""
+        rows = []
+        for d in self.devices:
+            rows.append({"kind": "idle", "devices": d.name, "num_devices": 1, "steps": 0, "time_s": 0.0,
+                         "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.idle_power_w, "energy_j": 0.0})
+            rows.append({"kind": "solo", "devices": d.name, "num_devices": 1, "steps": d.steps, "time_s": d.time_s,
+                         "steps_per_s": d.steps_per_s, "steps_per_s_std": d.steps_per_s_std,
+                         "power_w": d.busy_power_w, "energy_j": d.energy_j})
+        for r in self.runs:
+            rows.append({"kind": "set", "devices": "+".join(r.devices), "num_devices": len(r.devices),
+                         "steps": r.steps, "time_s": r.time_s, "steps_per_s": r.steps_per_s, "steps_per_s_std": 0.0,
+                         "power_w": r.power_w, "energy_j": r.energy_j})
+        return rows
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(payload)
+    os.replace(tmp, path)
+
+
+def save_profile(profile: Profile, path: Path | str) -> tuple[Path, Path]:
+    """Write ``<stem>.json`` and ``<stem>.parquet`` next to ``path``; return both paths."""
+    import io
+
+    import pandas as pd
+
+    base = Path(path)
+    stem = base.with_suffix("") if base.suffix in (".json", ".parquet") else base
+    json_path, parquet_path = stem.with_suffix(".json"), stem.with_suffix(".parquet")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    pd.DataFrame(profile.rows()).to_parquet(buffer, index=False)
+    _atomic_write_bytes(parquet_path, buffer.getvalue())
+    _atomic_write_bytes(json_path, json.dumps(profile.to_dict(), indent=2).encode("utf-8"))
+    return json_path, parquet_path
+
+
+def load_profile(path: Path | str) -> Profile:
+    """Read a profile from its JSON summary (a ``.parquet`` path is mapped to its ``.json``)."""
+    base = Path(path)
+    json_path = base.with_suffix(".json") if base.suffix != ".json" else base
+    try:
+        return Profile.from_dict(json.loads(json_path.read_text(encoding="utf-8")))
+    except FileNotFoundError as exc:
+        raise ProfileError(f"No profile at {json_path}.", hint="run `hetcluster profile` or pass --profile FILE.") from exc
+    except (json.JSONDecodeError, TypeError, KeyError) as exc:
+        raise ProfileError(f"Profile {json_path} is malformed: {exc}.", hint="re-run `hetcluster profile`.") from exc
+
+
+def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: bool | None = None) -> tuple[Any, ...]:
+    """``(devices, runs, job)`` for the planner, from a profile and the job's total steps."""
+    from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement
+
+    devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s, busy_power_w=d.busy_power_w,
+                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std)
+               for d in profile.devices]
+    runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s, steps_per_s=r.steps_per_s,
+                           power_w=r.power_w, per_device_steps=dict(r.per_device_steps),
+                           per_device_power_w=dict(r.per_device_power_w))
+            for r in profile.runs]
+    job = JobSpec(total_steps=int(total_steps), pretrain_steps=profile.pretrain_steps,
+                  pretrain_time_s=profile.pretrain_time_s, pretrain_energy_j=profile.pretrain_energy_j,
+                  idle_power_counts=profile.idle_power_counts if idle_power_counts is None else idle_power_counts)
+    return devices, runs, job

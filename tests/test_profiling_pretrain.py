@@ -1,0 +1,95 @@
+"""Pre-training on real agents (in-process AgentServers starting real TF workers) with small_cnn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetcluster.models import ModelSpec
+from hetcluster.power.base import PowerSample, PowerSource
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+
+class TaskAwareSource(PowerSource):
+    """Idle watts while the agent runs no TF task, busy watts while one is alive."""
+
+    name = "model"
+    measured = False
+
+    def __init__(self, idle_w: float, busy_w: float) -> None:
+        self.idle_w, self.busy_w, self.state = idle_w, busy_w, None
+
+    def read(self) -> PowerSample:
+        busy = self.state is not None and any(t.alive for t in self.state.tasks.status())
+        return self._sample(self.busy_w if busy else self.idle_w)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    from hetcluster.agent.config import AgentConfig
+    from hetcluster.agent.credentials import generate_credentials
+    from hetcluster.agent.server import AgentServer
+    from hetcluster.inventory import inventory_from_mapping
+    from hetcluster.training.servers import free_address
+
+    creds = generate_credentials(tmp_path / "creds")
+    servers, devices = [], []
+    for name, idle_w, busy_w in (("fast", 2.0, 6.0), ("slow", 1.0, 3.0)):
+        config = AgentConfig.from_mapping({"agent": {"name": name, "listen": "127.0.0.1:0",
+                                                     "state_dir": str(tmp_path / name)},
+                                            "auth": {"token_file": str(creds.token)}}, tmp_path)
+        source = TaskAwareSource(idle_w, busy_w)
+        server = AgentServer(config, source, probe_hardware=False).start()
+        source.state = server.state
+        servers.append(server)
+        devices.append({"name": name, "address": server.address, "token_file": str(creds.token)})
+    devices.append({"name": "ghost", "address": free_address("127.0.0.1"), "token_file": str(creds.token)})  # no agent
+    inventory = inventory_from_mapping({"cluster": {"name": "t", "network": "loopback",
+                                                    "parameter_server_host": "127.0.0.1"},
+                                        "devices": devices}, tmp_path)
+    yield inventory
+    for server in servers:
+        server.stop()
+
+
+def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fleet, tmp_path):
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    events = []
+    settings = PretrainSettings(steps_per_run=12, warmup_steps=2, idle_s=1.0, max_sets=1)
+    ckpt = str(tmp_path / "ckpt")
+    profile = run_pretraining(fleet, ModelSpec("small_cnn", (16, 16, 3), 4, 8), ckpt, settings=settings,
+                              on_event=lambda kind, details: events.append((kind, details)))
+
+    assert set(profile.excluded) == {"ghost"} and "health" in profile.excluded["ghost"]
+    assert [d.name for d in profile.devices] == ["fast", "slow"]
+    for device, (idle_w, busy_w) in zip(profile.devices, ((2.0, 6.0), (1.0, 3.0))):
+        assert device.steps_per_s > 0 and device.steps == 10 and device.time_s > 0
+        assert device.idle_power_w == pytest.approx(idle_w, abs=0.01)
+        assert device.busy_power_w == pytest.approx(busy_w, rel=0.1)
+    [run] = profile.runs
+    assert set(run.devices) == {"fast", "slow"} and run.steps == 10 and run.steps_per_s > 0
+    assert run.power_w == pytest.approx(9.0, rel=0.1)
+    assert sum(run.per_device_steps.values()) == 12
+    # three runs of 12 steps continued one checkpoint: the steps count toward the job
+    assert profile.pretrain_steps == 36 and checkpoint_steps(ckpt) == 36
+    assert profile.checkpoint_path.endswith("ckpt-36")
+    assert profile.pretrain_time_s > 0 and profile.pretrain_energy_j > 0
+    assert any(kind == "excluded" and d.get("device") == "ghost" for kind, d in events)
+    assert any(kind == "progress" for kind, _ in events)
+
+    json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
+    assert load_profile(json_path) == profile
+    import pandas as pd
+
+    table = pd.read_parquet(parquet_path)
+    assert sorted(table["kind"]) == ["idle", "idle", "set", "solo", "solo"]
+    devices, runs, job = to_planner_inputs(profile, total_steps=500)
+    from hetcluster.planner.inputs import validate_inputs
+
+    validate_inputs(devices, runs, job)
+    assert job.pretrain_steps == 36 and job.remaining_steps == 464

@@ -1,0 +1,77 @@
+"""Profile files, calibration sets and the conversion to planner inputs, on data alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetcluster.errors import ProfileError
+from hetcluster.profiling.profile import (DeviceProfile, Profile, RunProfile, load_profile, save_profile,
+                                          to_planner_inputs)
+from hetcluster.profiling.sets import calibration_sets
+from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
+
+
+def _profile() -> Profile:
+    return Profile(
+        model={"name": "small_cnn", "input_shape": [16, 16, 3], "classes": 4, "batch_size": 8},
+        devices=[DeviceProfile("a", 10.0, 0.5, 6.0, 2.0, 20, 2.0, 12.0, "model"),
+                 DeviceProfile("b", 4.0, 0.2, 3.0, 1.0, 20, 5.0, 15.0, "model")],
+        runs=[RunProfile(("a", "b"), 20, 1.6, 12.5, 9.0, 14.4, {"a": 15, "b": 7}, {"a": 6.0, "b": 3.0})],
+        excluded={"c": "agent down"}, pretrain_steps=66, pretrain_time_s=30.0, pretrain_energy_j=80.0,
+        checkpoint_dir="/ck", checkpoint_path="/ck/ckpt-66", warmup_steps=2, steps_per_run=22,
+        created_wall_s=1.0, idle_power_counts=True)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    import pandas as pd
+
+    json_path, parquet_path = save_profile(_profile(), tmp_path / "p.json")
+    assert (json_path.name, parquet_path.name) == ("p.json", "p.parquet")
+    assert load_profile(parquet_path) == _profile()
+    table = pd.read_parquet(parquet_path)
+    assert list(table["kind"]) == ["idle", "solo", "idle", "solo", "set"]
+    assert table.loc[table["kind"] == "set", "devices"].item() == "a+b"
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary files left behind
+
+
+def test_load_rejects_missing_and_malformed(tmp_path):
+    with pytest.raises(ProfileError, match="No profile"):
+        load_profile(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text(json.dumps({"format_version": 1, "devices": []}))
+    with pytest.raises(ProfileError, match="malformed"):
+        load_profile(tmp_path / "bad.json")
+    (tmp_path / "old.json").write_text(json.dumps({"format_version": 99}))
+    with pytest.raises(ProfileError, match="version"):
+        load_profile(tmp_path / "old.json")
+
+
+def test_planner_inputs():
+    from hetcluster.planner.inputs import validate_inputs
+
+    devices, runs, job = to_planner_inputs(_profile(), total_steps=1000)
+    validate_inputs(devices, runs, job)
+    assert [(d.name, d.steps_per_s, d.busy_power_w, d.idle_power_w) for d in devices] == [
+        ("a", 10.0, 6.0, 2.0), ("b", 4.0, 3.0, 1.0)]
+    assert runs[0].devices == ("a", "b") and runs[0].steps_per_s == 12.5 and runs[0].power_w == 9.0
+    assert (job.total_steps, job.pretrain_steps, job.remaining_steps, job.idle_power_counts) == (1000, 66, 934, True)
+    assert to_planner_inputs(_profile(), 1000, idle_power_counts=False)[2].idle_power_counts is False
+
+
+@pytest.mark.parametrize("rates,expected", [
+    ({"a": 1.0}, []),
+    ({"a": 1.0, "b": 3.0}, [("b", "a")]),
+    ({"a": 1.0, "b": 3.0, "c": 2.0}, [("b", "c", "a"), ("b", "c"), ("b", "a")]),
+    ({"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}, [("d", "b", "c", "a"), ("d", "b"), ("d", "a")]),
+])
+def test_calibration_sets(rates, expected):
+    assert calibration_sets(rates) == expected
+    assert calibration_sets(rates, max_sets=1) == expected[:1]
+
+
+def test_checkpoint_steps_from_the_index_file(tmp_path):
+    assert checkpoint_steps(tmp_path) == 0 and latest_checkpoint(None) is None
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-120"\nall_model_checkpoint_paths: "ckpt-120"\n')
+    assert checkpoint_steps(tmp_path) == 120
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "ckpt-120")
