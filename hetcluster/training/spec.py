@@ -69,7 +69,6 @@ class TrainSpec:
     max_checkpoints: int = 3
     learning_rate: float = 0.01
     warmup_steps: int = 0
-    steps_per_execution: int = 1
 
     def __post_init__(self) -> None:
         if self.total_steps < 0:
