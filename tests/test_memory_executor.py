@@ -154,3 +154,15 @@ def test_plan_for_another_model_is_refused() -> None:
                          "segments": (PlannedSegment(("nope", "b0_bn1"), "speed"),)})
     with pytest.raises(MemoryPlanError):
         build_train_step(model, LOSS, keras.optimizers.SGD(0.1), plan)
+
+
+def test_nested_model_gradients_equal() -> None:
+    tf.keras.utils.set_random_seed(7)
+    inner = resnet_like(keras, blocks=2, name="backbone")
+    inputs = keras.Input(shape=(16, 16, 3), name="outer_in")
+    outputs = keras.layers.Dense(5, name="head")(keras.layers.ReLU(name="act")(inner(inputs)))
+    model = keras.Model(inputs, outputs)
+    x, y = _data()
+    _, plain = _keras_grads(model, x, y)
+    _, sched = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), _plan(model, "sqrt")).gradients(x, y)
+    assert _rel_err(plain, sched) <= 1e-5

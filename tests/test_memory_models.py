@@ -59,3 +59,74 @@ def inception_like(keras: Any, input_shape=(16, 16, 3), classes: int = 5) -> Any
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
     outputs = keras.layers.Dense(classes, name="logits")(x)
     return keras.Model(inputs, outputs, name="inception_like")
+
+
+# ---- graph extraction tests (TensorFlow) ---------------------------------------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def keras_mod():
+    pytest.importorskip("tensorflow")
+    import tf_keras
+
+    return tf_keras
+
+
+@pytest.mark.tensorflow
+def test_resnet_like_graph_has_forks_joins_and_exact_sizes(keras_mod) -> None:
+    from hetcluster.memory.keras_graph import extract_graph
+
+    model = resnet_like(keras_mod, blocks=2, width=8)
+    g = extract_graph(model, batch_size=4)
+    assert len(g) == len(model.layers)
+    idx = g.index
+    assert g.nodes[0].kind == "input" and g.nodes[0].output_bytes == 4 * 16 * 16 * 3 * 4
+    assert g.is_fork(idx["stem_relu"]) and g.is_fork(idx["b0_out"]) and not g.is_fork(idx["b0_bn1"])
+    assert g.is_join(idx["b0_add"]) and set(g.nodes[idx["b0_add"]].inputs) == {"stem_relu", "b0_bn2"}
+    assert g.nodes[idx["b0_conv1"]].kind == "conv" and g.nodes[idx["b0_bn1"]].kind == "bn"
+    assert g.nodes[idx["b0_conv1"]].output_bytes == 4 * 16 * 16 * 8 * 4
+    assert g.nodes[idx["b0_conv1"]].flops == 2 * 4 * 16 * 16 * 3 * 3 * 8 * 8
+    assert g.nodes[idx["logits"]].flops == 2 * 4 * 8 * 5
+    assert g.param_bytes == model.count_params() * 4
+    assert g.trainable_param_bytes == sum(v.shape.num_elements() for v in model.trainable_variables) * 4
+    assert g.output_ids == (idx["logits"],)
+    # activations scale with the batch, parameters do not
+    g8 = extract_graph(model, batch_size=8)
+    assert g8.activation_bytes == 2 * g.activation_bytes and g8.param_bytes == g.param_bytes
+    assert g.scaled(8) == g8
+
+
+@pytest.mark.tensorflow
+def test_densenet_and_inception_like_graphs(keras_mod) -> None:
+    from hetcluster.memory.keras_graph import extract_graph
+
+    d = extract_graph(densenet_like(keras_mod, layers=3), 2)
+    cat = d.nodes[d.index["d2_cat"]]
+    assert cat.kind == "concat" and cat.inputs == ("d1_cat", "d2_conv")
+    assert cat.output_bytes == 2 * 16 * 16 * (8 + 3 * 4) * 4
+    assert d.is_fork(d.index["d1_cat"])  # read by the next BN and the next concat
+    i = extract_graph(inception_like(keras_mod), 2)
+    assert len(i.consumers[i.index["stem"]]) == 3
+    assert i.nodes[i.index["mix"]].inputs == ("br1_conv", "br3_conv", "brp_conv")
+    assert i.nodes[i.index["brp_pool"]].kind == "maxpool"
+
+
+@pytest.mark.tensorflow
+def test_nested_functional_models_are_flattened(keras_mod) -> None:
+    from hetcluster.memory.keras_graph import extract_graph, flatten_model
+
+    inner = resnet_like(keras_mod, blocks=1, name="backbone")
+    inputs = keras_mod.Input(shape=(16, 16, 3), name="outer_in")
+    x = keras_mod.layers.Rescaling(1 / 255.0, name="scale")(inputs)
+    x = inner(x)
+    outputs = keras_mod.layers.Dense(3, name="head")(x)
+    model = keras_mod.Model(inputs, outputs)
+    g = extract_graph(model, 2)
+    names = [n.name for n in g.nodes]
+    assert "backbone/b0_add" in names and "head" in names and "backbone" not in names
+    assert g.nodes[g.index["backbone/stem_conv"]].inputs == ("scale",)
+    assert g.nodes[g.index["head"]].inputs == ("backbone/logits",)
+    assert g.param_bytes == model.count_params() * 4
+    assert len(flatten_model(model).ops) == len(g)
