@@ -115,7 +115,17 @@ class DeviceCgroup:
 
     @property
     def parents(self) -> list[Path]:
-        return [p for p in self.created if p not in self.dirs]
+        """``hetcluster/<cluster>`` and ``hetcluster`` in each hierarchy, whoever made them.
+
+        Removing them is always attempted: rmdir of a cgroup that still has children or
+        processes fails harmlessly, and another cluster may have made them before us.
+        """
+        found: list[Path] = []
+        for directory in self.dirs:
+            for parent in (directory.parent, directory.parent.parent):
+                if parent not in found:
+                    found.append(parent)
+        return found
 
 
 def remove_dirs(paths: Iterable[Path], timeout_s: float = 0.0, wait_for: Iterable[Path] = ()) -> list[Path]:
@@ -272,15 +282,15 @@ def detect_cgroups(root: Path = Path("/")) -> Cgroups | None:
 
 
 def _probe(mount: Mount, base: Path) -> bool:
-    """Whether we may create a child cgroup (and write its limit) under base; never raises."""
-    probe = base / TOP / f".probe-{os.getpid()}"
-    top_existed = (base / TOP).is_dir()
+    """Whether we may create a child cgroup (and write its limit) under base; never raises.
+
+    The probe sits directly under base, never under ``hetcluster/``: removing a ``hetcluster/``
+    that a concurrent `cluster up` has just started to use would race with it.
+    """
+    probe = base / f".hetcluster-probe-{os.getpid()}"
     try:
         if mount.version == "v2":
             _enable_v2_controllers(base, mount.controllers & {"cpu", "memory"})
-        (base / TOP).mkdir(exist_ok=True)
-        if mount.version == "v2":
-            _enable_v2_controllers(base / TOP, mount.controllers & {"cpu", "memory"})
         probe.mkdir()
         try:
             name = "cpu.cfs_quota_us" if mount.version == "v1" and "cpu" in mount.controllers else None
@@ -294,9 +304,6 @@ def _probe(mount: Mount, base: Path) -> bool:
     except OSError as error:
         log.info("cgroup %s not writable: %s", base, error)
         return False
-    finally:
-        if not top_existed:
-            _rmdir(base / TOP, 0.0)
 
 
 def _enable_v2_controllers(path: Path, controllers: Iterable[str]) -> None:

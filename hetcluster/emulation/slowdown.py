@@ -13,7 +13,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups
+from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups, remove_dirs
 from hetcluster.emulation.dutycycle import DutyCycler
 from hetcluster.errors import EmulationError
 
@@ -67,6 +67,7 @@ class DeviceSlowdown:
         self._supervisors.clear()
         if self.group is not None:
             left = self.group.remove()
+            remove_dirs(self.group.parents)  # empty hetcluster/<cluster>, hetcluster: gone too
             if left:
                 log.warning("cgroups left behind (processes still inside?): %s", ", ".join(map(str, left)))
             self.group = None
