@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hetcluster.errors import EmulationError
+
 from hetcluster.emulation.cgroups import DeviceCgroup, detect_cgroups, own_cgroup_paths, parse_mounts, remove_dirs
 
 
@@ -61,6 +63,8 @@ def test_v1_tree_gets_quota_memory_limit_and_pids(tmp_path):
     assert group.cpu_usage_s() == pytest.approx(1.5)
     again = DeviceCgroup.from_state(group.to_state())
     assert again == group
+    with pytest.raises(EmulationError, match="another emulated cluster named 'lab' is up"):
+        cgroups.create("lab", "rpi4", 0.25, None)
 
 
 def test_v2_tree_enables_controllers_and_writes_cpu_max(tmp_path):

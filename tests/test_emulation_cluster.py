@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hetcluster.emulation.state import load_state
+from hetcluster.emulation.state import ProcessRecord, load_state
 from hetcluster.inventory import load_inventory
 
 
@@ -78,10 +78,30 @@ def test_up_status_down_on_loopback(tmp_path):
         assert rows["server"]["memory_budget_bytes"] == 8 * 2**30
         assert 2.7 <= rows["rpi4"]["power_w"] <= 6.4  # between the Pi's idle and busy watts
 
+        # The agent's TF server inherits the device's cgroup, and `down` stops it too.
+        server = inventory.device("server")
+        with server.client(timeout_s=30.0) as agent:
+            address = agent.reserve_port()
+            task = agent.start_task("worker", 0, {"worker": [address]})
+            records.append(ProcessRecord.of(task.pid))
+            if state.slowdown.startswith("cgroup"):
+                procs = Path(state.devices[0].cgroup["cpu_dir"]) / "cgroup.procs"
+                assert str(task.pid) in procs.read_text().split()
+                memory_dir = Path(state.devices[0].cgroup["memory_dir"] or "/nonexistent")
+                if memory_dir.exists():
+                    assert int((memory_dir / "memory.limit_in_bytes").read_text()) == 8 * 2**30
+
         twice, _, _ = _up(tmp_path, "rpi4")
         assert twice.returncode != 0
         assert "a cluster is already up (3 devices" in twice.stderr and "cluster down" in twice.stderr
         assert "Traceback" not in twice.stderr
+
+        # A dead device shows as down, and status exits non-zero.
+        state.devices[2].agent.process().kill()
+        status = cli("cluster", "status", "--state-dir", str(state_dir), "--format", "json")
+        assert status.returncode == 1
+        rows = {row["name"]: row for row in json.loads(status.stdout)["devices"]}
+        assert rows["phone"]["healthy"] is False and rows["server"]["healthy"] is True
     finally:
         _down_and_check(state_dir, records, cgroup_dirs, netns)
 

@@ -185,6 +185,9 @@ class Cgroups:
                     else self._make(self.memory, self.memory_base, cluster, device, created)
                 )
                 _write(memory_dir / ("memory.limit_in_bytes" if self.memory.version == "v1" else "memory.max"), str(memory_bytes))
+        except EmulationError:
+            remove_dirs(created)
+            raise
         except OSError as error:
             remove_dirs(created)
             raise EmulationError(
@@ -200,6 +203,11 @@ class Cgroups:
             if mount.version == "v2":
                 _enable_v2_controllers(path, mount.controllers & {"cpu", "memory"})
             path = path / part
+            if part == device and path.is_dir():
+                raise EmulationError(
+                    f"cgroup {path} already exists: another emulated cluster named {cluster!r} is up.",
+                    hint="take that one down, or pass a different --name.",
+                )
             if not path.is_dir():
                 path.mkdir()
                 created.append(path)
