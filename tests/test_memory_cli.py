@@ -1,0 +1,60 @@
+"""`hetcluster memplan`: JSON keys, the plot, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, "-m", "hetcluster.cli.app", "memplan", *args],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.mark.tensorflow
+def test_memplan_json_and_plot(tmp_path: Path) -> None:
+    plot = tmp_path / "memory.png"
+    result = run_cli("--model", "small_cnn", "--batch-size", "64", "--budget", "40MiB", "--input-shape", "32x32x3",
+                     "--classes", "10", "--format", "json", "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["budget_bytes"] == 40 * 2**20
+    for key in ("fits", "predicted_peak_bytes", "baseline_peak_bytes", "liveness_peak_bytes",
+                "technique_peaks_bytes", "predicted_slowdown", "actions", "segments", "technique"):
+        assert key in data
+    assert data["predicted_peak_bytes"] <= data["liveness_peak_bytes"] <= data["baseline_peak_bytes"]
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".memplot-")]
+
+
+@pytest.mark.tensorflow
+def test_memplan_table_says_when_nothing_fits() -> None:
+    result = run_cli("--model", "small_cnn", "--batch-size", "8", "--budget", "1000", "--input-shape", "32x32x3")
+    assert result.returncode == 0, result.stderr
+    assert "does not fit" in result.stdout and "recompute" in result.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--budget", "lots"), "memory size"),
+    (("--budget", "0GiB"), "not positive"),
+    (("--budget", "1GiB", "--device-kind", "tpu"), "device kind"),
+    (("--budget", "1GiB", "--format", "xml"), "format"),
+    (("--budget", "1GiB", "--input-shape", "32x32"), "HxWxC"),
+])
+def test_memplan_bad_input_is_one_line(args: tuple[str, ...], needle: str) -> None:
+    result = run_cli("--model", "small_cnn", *args)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+
+
+def test_memplan_unknown_model_is_one_line() -> None:
+    result = run_cli("--model", "resnet51", "--budget", "1GiB")
+    assert result.returncode != 0 and "Unknown model" in result.stderr and "Traceback" not in result.stderr
