@@ -71,11 +71,12 @@ def status(
         typer.echo(json.dumps({"cluster": inventory.name, "network": inventory.network,
                                "devices": [row.to_dict() for row in rows]}, indent=2))
     else:
+        from rich import box
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"cluster {inventory.name} ({inventory.network})")
-        for column in ("device", "address", "health", "power", "source", "share", "memory budget"):
+        table = Table(title=f"cluster {inventory.name} ({inventory.network})", box=box.SIMPLE_HEAD)
+        for column in ("device", "address", "health", "power", "source", "share", "memory"):
             table.add_column(column, no_wrap=column != "health", min_width=6 if column == "health" else None)
         for row in rows:
             table.add_row(
