@@ -236,9 +236,12 @@ def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[
     """Start the agent already inside its cgroups (and namespace): the wrapper joins, then execs."""
     command = wrapper_command(agent_command(device.config_path), group, prefix)
     env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    with open(device.log_path, "ab") as log_file:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                   cwd=str(Path(device.config_path).parent), env=env, start_new_session=True)
+    try:
+        with open(device.log_path, "ab") as log_file:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                       cwd=str(Path(device.config_path).parent), env=env, start_new_session=True)
+    except OSError as error:
+        raise EmulationError(f"cannot start the agent of {device.name!r}: {error}.", hint=f"see {device.log_path}.") from None
     log.info("started agent %s as pid %d", device.name, process.pid)
     return process
 

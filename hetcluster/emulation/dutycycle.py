@@ -128,6 +128,9 @@ class DutyCycler:
                  "--duty", f"{duty:.6f}", "--period-s", f"{self.period_s:g}"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             )
+        except OSError as error:
+            raise EmulationError(f"cannot start the duty-cycle supervisor ({sys.executable}): {error.strerror}.",
+                                 hint="check that this user may run the Python interpreter of the install.") from None
         finally:
             if log_path:
                 out.close()
