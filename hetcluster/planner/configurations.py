@@ -58,15 +58,11 @@ def count_class_configurations(counts) -> int:
     return total - 1
 
 
-_BITS10 = ((np.arange(1024, dtype=np.int64)[:, None] >> np.arange(10)) & 1).astype(np.float64)
-
-
 def membership(masks: np.ndarray, n: int, dtype=np.float64) -> np.ndarray:
-    """Bit masks → 0/1 weight matrix (len(masks) × n), by looking up 10 bits at a time."""
-    masks = np.asarray(masks, dtype=np.int64)
-    parts = [_BITS10[(masks >> start) & 1023, : min(10, n - start)] for start in range(0, n, 10)]
-    out = parts[0] if len(parts) == 1 else np.hstack(parts)
-    return out.astype(dtype, copy=False)
+    """Bit masks → 0/1 weight matrix (len(masks) × n), via np.unpackbits on the mask bytes."""
+    masks = np.ascontiguousarray(np.asarray(masks, dtype="<i8"))
+    bits = np.unpackbits(masks.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")[:, :n]
+    return bits.astype(dtype)
 
 
 def _object_array(items: list) -> np.ndarray:

@@ -1,0 +1,67 @@
+"""Rendering a plan: the table marks the chosen row, JSON and CSV carry every required field."""
+
+import io
+import json
+
+import pandas as pd
+from rich.console import Console
+
+from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table
+from hetcluster.planner import Deadline, DeviceMeasurement, JobSpec, choose, estimate
+
+FLEET = (
+    DeviceMeasurement("A", 10.0, 100.0, 50.0),
+    DeviceMeasurement("B", 5.0, 20.0, 10.0),
+    DeviceMeasurement("C", 2.0, 10.0, 4.0),
+)
+
+
+def make_plan(objective="edp", constraints=()):
+    return choose(estimate(FLEET, [], JobSpec(total_steps=1000)), objective, constraints)
+
+
+def test_table_shows_columns_and_chosen_mark():
+    console = Console(file=io.StringIO(), width=160, force_terminal=False)
+    print_table(make_plan("energy"), console=console)
+    text = console.file.getvalue()
+    for header in ("devices", "#workers", "time", "power", "energy", "EDP", "± energy", "CHOSEN"):
+        assert header in text
+    chosen_line = [line for line in text.splitlines() if "✔" in line]
+    assert len(chosen_line) == 1 and "B" in chosen_line[0]
+
+
+def test_table_shows_top_rows_only():
+    console = Console(file=io.StringIO(), width=160)
+    print_table(make_plan(), top=2, console=console)
+    assert "best 2 shown" in console.file.getvalue()
+
+
+def test_json_has_the_contract_fields():
+    data = json.loads(plan_to_json(make_plan("time", [Deadline(100.0)])))
+    assert data["objective"] == "time"
+    assert data["chosen"] == ["A", "B", "C"]
+    assert len(data["configurations"]) == 7
+    first = data["configurations"][0]
+    for key in ("devices", "time_s", "power_w", "energy_j", "edp_js", "feasible", "time_s_std", "energy_j_std", "edp_js_std"):
+        assert key in first
+    assert first["chosen"] is True and first["devices"] == ["A", "B", "C"]
+    assert any(not c["feasible"] for c in data["configurations"])   # C alone misses the deadline
+
+
+def test_json_limit_marks_truncation():
+    data = plan_to_dict(make_plan(), limit=3)
+    assert data["truncated"] and data["configurations_listed"] == 3 and data["configurations_total"] == 7
+
+
+def test_csv_round_trips():
+    frame = pd.read_csv(io.StringIO(plan_to_csv(make_plan())))
+    assert len(frame) == 7
+    assert frame.loc[frame["chosen"], "devices"].tolist() == ["A+B+C"]
+
+
+def test_pareto_plot_is_written(tmp_path):
+    plan = make_plan()
+    out = plot_pareto(plan.table, plan.chosen, tmp_path / "pareto.png")
+    assert out.exists() and out.stat().st_size > 1000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
