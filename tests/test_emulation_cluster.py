@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from hetcluster.emulation.state import ProcessRecord, load_state

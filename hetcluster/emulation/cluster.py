@@ -27,7 +27,7 @@ import psutil
 
 from hetcluster.emulation.catalog import DeviceProfile, check_fleet_fits
 from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups, remove_dirs
-from hetcluster.emulation.dutycycle import DutyCycler, duty_for_share
+from hetcluster.emulation.dutycycle import DutyCycler
 from hetcluster.emulation.slowdown import wrapper_command
 from hetcluster.emulation.state import ClusterState, DeviceState, ProcessRecord, default_state_dir, load_state
 from hetcluster.errors import EmulationError
@@ -123,7 +123,7 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
     if state.network == "shaped":
         from hetcluster.emulation.netns import create_network
 
-        # Record the names before creating, so a failure half-way is still cleaned up.
+        # create_network undoes its own half-made work; once it returns, the state records it.
         shaped = create_network(state.name, state.state_dir,
                                 [(p.name, p.link_bandwidth_mbit_per_s, p.link_latency_ms) for p in profiles])
         state.shaped = shaped.to_state()
@@ -368,11 +368,4 @@ def _stop(processes: list[psutil.Process], grace_s: float, report: DownReport) -
     report.stopped_pids.extend(p.pid for p in processes)
 
 
-def describe_slowdown(cgroup_root: Path = Path("/")) -> str:
-    """One line saying how devices would be slowed here (for `cluster up --dry-run`-like output)."""
-    cgroups = detect_cgroups(cgroup_root)
-    return cgroups.describe() if cgroups else DutyCycler().describe()
-
-
-__all__ = ["DownReport", "NETWORK_MODES", "SLOWDOWNS", "agent_command", "cluster_down", "cluster_up", "describe_slowdown",
-           "duty_for_share"]
+__all__ = ["DownReport", "NETWORK_MODES", "SLOWDOWNS", "agent_command", "cluster_down", "cluster_up"]
