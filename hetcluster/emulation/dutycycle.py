@@ -2,8 +2,9 @@
 
 Every period (~100 ms) the supervisor lets the device's whole process tree run for about
 ``duty × period`` and stops it for the rest; the window is corrected by the CPU time the tree
-actually used, so the whole tree averages ``duty`` cores, like a CFS quota of ``duty`` cores. The tree is re-read every period, so children the agent starts later (TF servers)
-are caught within one period. A quota is smoother (the kernel enforces it per 100 ms with no
+actually used, so the whole tree averages ``duty`` cores, like a CFS quota of ``duty`` cores.
+The tree is re-read every period, so children the agent starts later (TF servers) are caught
+within one period. A quota is smoother (the kernel enforces it per 100 ms with no
 process of ours in the loop), which is why cgroups are preferred; this fallback works for any
 user who owns the processes.
 
@@ -33,7 +34,7 @@ DEFAULT_PERIOD_S = 0.1
 
 
 def duty_for_share(share: float) -> float:
-    """Fraction of wall time the tree may run: each thread gets ``duty``; a share ≥ 1 is unlimited."""
+    """Cores the tree may average (at most 1: a share ≥ 1 needs no supervisor, its threads run freely)."""
     return max(0.01, min(1.0, share))
 
 
