@@ -2,8 +2,10 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,7 +127,10 @@ def test_up_down_with_duty_cycling(tmp_path):
 def test_up_status_down_shaped(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("shaped networking needs root")
-    result, state_dir, inventory_path = _up(tmp_path, "rpi4,phone", "--network", "shaped")
+    catalog = tmp_path / "fast.toml"  # a quicker device, so its TF server starts in seconds
+    catalog.write_text("[profiles.fast]\ncompute_share = 0.6\nmemory_budget_bytes = 2147483648\nidle_w = 1.0\n"
+                       "busy_w = 2.0\nlink_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1.0\n")
+    result, state_dir, inventory_path = _up(tmp_path, "fast,phone", "--network", "shaped", "--catalog", str(catalog))
     assert result.returncode == 0, result.stderr
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
@@ -138,6 +143,19 @@ def test_up_status_down_shaped(tmp_path):
         assert all(name in listed for name in netns)
         status = cli("cluster", "status", "--inventory", str(inventory_path), "--format", "json")
         assert status.returncode == 0, status.stderr  # reached through the veths from the host namespace
+
+        # A TF server started by the agent listens on the namespace address, reachable from the host.
+        with inventory.device("fast").client(timeout_s=60.0) as agent:
+            address = agent.reserve_port()
+            assert address.startswith(inventory.device("fast").host + ":")
+            task = agent.start_task("worker", 0, {"worker": [address]})
+            records.append(ProcessRecord.of(task.pid))
+            deadline = time.monotonic() + 90
+            while agent.task_status(task.task_id)[0].state == "starting" and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert agent.task_status(task.task_id)[0].state == "running"
+            host, port = address.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
     finally:
         _down_and_check(state_dir, records, cgroup_dirs, netns)
 
