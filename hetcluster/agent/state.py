@@ -8,6 +8,7 @@ previous read and two interleaved streams would each see half the interval.
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -28,7 +29,10 @@ class AgentState:
         self.power_source = power_source
         self.device_info = device_info
         self.state_dir = state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
-        self.tasks = TaskSupervisor(self.state_dir)
+        # An emulated device's TF server gets as many TF threads as cores it is granted: a 0.15-core
+        # device running two busy threads inside its quota would thrash more than a real slow device.
+        threads = math.ceil(config.emulation.compute_share) if config.emulation is not None else 0
+        self.tasks = TaskSupervisor(self.state_dir, tf_threads=threads)
         self.ports = PortReservations(advertised_host=config.task_host())
         self.stopping = threading.Event()
         self._power_lock = threading.Lock()

@@ -54,9 +54,10 @@ class _Task:
 
 
 class TaskSupervisor:
-    def __init__(self, state_dir: Path, python: str = sys.executable) -> None:
+    def __init__(self, state_dir: Path, python: str = sys.executable, tf_threads: int = 0) -> None:
         self._state_dir = state_dir
         self._python = python
+        self._tf_threads = tf_threads  # 0 = TensorFlow's default (one per core)
         self._tasks: dict[str, _Task] = {}
         self._lock = threading.Lock()
 
@@ -73,7 +74,7 @@ class TaskSupervisor:
                 self._python, "-m", "hetcluster.agent.tf_server",
                 "--cluster-spec", json.dumps(cluster_spec, sort_keys=True),
                 "--job", job_name, "--index", str(task_index), "--protocol", protocol,
-                "--parent-pid", str(os.getpid()),
+                "--parent-pid", str(os.getpid()), "--threads", str(self._tf_threads),
             ]
             env = {**os.environ, **TASK_ENV}
             try:

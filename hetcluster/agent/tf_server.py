@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--protocol", default="grpc")
     parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="TF intra- and inter-op threads (0: TF default)")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
@@ -39,8 +40,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    config = None
+    if args.threads > 0:
+        config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=args.threads, inter_op_parallelism_threads=args.threads
+        )
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol, start=True
+        tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol,
+        config=config, start=True,
     )
     print(f"tf_server: {args.job}:{args.index} serving at {server.target}", file=sys.stderr, flush=True)
     server.join()
