@@ -11,7 +11,8 @@ Ground truth comes from synthetic contention models that are NOT the planner's o
 
 Power in every truth: p_i + (P_i − p_i)·x_i/r_i (a waiting device draws less). Pre-training is
 simulated like the profiler does it: every device alone and three multi-device runs (all devices,
-the two fastest, all but the fastest), each with 3 % multiplicative noise (--noise). The truth is evaluated
+the two fastest, all but the fastest; or with --sets profiler the sets hetcluster.profiling
+chooses), each with 3 % multiplicative noise (--noise). The truth is evaluated
 without noise. Prints the hit rate (chosen == truly best) and the mean regret per objective.
 
     .venv/bin/python benchmarks/planner_accuracy.py [--fleets 40] [--seed 0]
@@ -26,21 +27,11 @@ import time
 import numpy as np
 
 from hetcluster.planner import DeviceMeasurement, FittedModels, JobSpec, RunMeasurement, choose, estimate
+from hetcluster.planner.throughput import waterfill  # exact max-min shares (the truth's own arithmetic)
 
 OBJECTIVES = ("time", "power", "energy", "edp")
-
-
-def waterfill(rates: np.ndarray, capacity: float) -> np.ndarray:
-    if rates.sum() <= capacity:
-        return rates.copy()
-    lo, hi = 0.0, float(rates.max())
-    for _ in range(60):
-        theta = 0.5 * (lo + hi)
-        if np.minimum(rates, theta).sum() > capacity:
-            hi = theta
-        else:
-            lo = theta
-    return np.minimum(rates, lo)
+SETS = "spread"  # or "profiler": hetcluster.profiling.sets.calibration_sets
+NAIVE = False     # --naive: ignore the multi-device runs (R = Σ r_i, P = Σ busy), for comparison
 
 
 def fcfs(rates: np.ndarray, service_s: float, steps: int = 1500, seed: int = 0) -> np.ndarray:
@@ -107,7 +98,14 @@ def one_fleet(seed: int, kind: str, n: int, idle_counts: bool, noise: float = 0.
     devices = [DeviceMeasurement(name, r * float(np.exp(rng.normal(0, noise))), busy * float(np.exp(rng.normal(0, noise))),
                                  idle, steps_per_s_std=noise * r) for name, r, idle, busy in fleet]
     order = np.argsort([-f[1] for f in fleet])
-    calibration = [tuple(range(n)), tuple(sorted(order[:2])), tuple(sorted(order[1:]))]
+    if SETS == "profiler":
+        from hetcluster.profiling.sets import calibration_sets
+
+        index = {f[0]: i for i, f in enumerate(fleet)}
+        chosen_sets = calibration_sets({d.name: d.steps_per_s for d in devices})
+        calibration = [tuple(sorted(index[name] for name in names)) for names in chosen_sets]
+    else:
+        calibration = [tuple(range(n)), tuple(sorted(order[:2])), tuple(sorted(order[1:]))]
     runs = []
     for subset in calibration:
         steps_per_s, power_w, per_dev = simulate(truth, fleet, subset, noise, rng)
@@ -115,7 +113,7 @@ def one_fleet(seed: int, kind: str, n: int, idle_counts: bool, noise: float = 0.
         runs.append(RunMeasurement(tuple(fleet[i][0] for i in subset), 100, t, steps_per_s, power_w,
                                    per_device_steps={k: int(round(v * t)) for k, v in per_dev.items()}))
     job = JobSpec(total_steps=5000, idle_power_counts=idle_counts)
-    table = estimate(devices, runs, job, models=FittedModels.fit(devices, runs, job))
+    table = estimate(devices, runs, job, models=FittedModels.fit(devices, [] if NAIVE else runs, job))
     # ground truth for every configuration (noise-free)
     truth_rows = {}
     for k in range(1, n + 1):
@@ -141,7 +139,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--devices", type=int, default=6)
     parser.add_argument("--noise", type=float, default=0.03, help="relative measurement noise of pre-training")
+    parser.add_argument("--sets", choices=("spread", "profiler"), default="spread",
+                        help="calibration sets: all/two fastest/all but fastest, or the profiler's own choice")
+    parser.add_argument("--naive", action="store_true", help="baseline: plan without the multi-device runs")
     args = parser.parse_args()
+    global SETS, NAIVE
+    SETS, NAIVE = args.sets, args.naive
     started = time.perf_counter()
     totals = {o: [] for o in OBJECTIVES}
     for kind in ("waterfill", "overhead", "fcfs"):

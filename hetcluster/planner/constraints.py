@@ -79,39 +79,41 @@ def _membership(table: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Require(Constraint):
+class _Names(Constraint):
     names: tuple[str, ...]
-    flag = "--require"
 
     def __post_init__(self) -> None:
         names = (self.names,) if isinstance(self.names, str) else tuple(self.names)
         object.__setattr__(self, "names", names)
 
-    def violation(self, table: pd.DataFrame) -> np.ndarray:
+    def _present(self, table: pd.DataFrame) -> np.ndarray:
+        """How many of the names each configuration includes."""
         if not self.names:
             return np.zeros(len(table))
-        return (~_membership(table, tuple(self.names))).sum(axis=1).astype(np.float64)
+        return _membership(table, self.names).sum(axis=1).astype(np.float64)
 
     def describe(self) -> str:
-        return f"require {', '.join(self.names)} (--require)"
+        return f"{self.flag[2:]} {', '.join(self.names)} ({self.flag})"
 
 
 @dataclass(frozen=True)
-class Exclude(Constraint):
-    names: tuple[str, ...]
-    flag = "--exclude"
+class Require(_Names):
+    """Every named device must take part."""
 
-    def __post_init__(self) -> None:
-        names = (self.names,) if isinstance(self.names, str) else tuple(self.names)
-        object.__setattr__(self, "names", names)
+    flag = "--require"
 
     def violation(self, table: pd.DataFrame) -> np.ndarray:
-        if not self.names:
-            return np.zeros(len(table))
-        return _membership(table, tuple(self.names)).sum(axis=1).astype(np.float64)
+        return len(self.names) - self._present(table)
 
-    def describe(self) -> str:
-        return f"exclude {', '.join(self.names)} (--exclude)"
+
+@dataclass(frozen=True)
+class Exclude(_Names):
+    """No named device may take part."""
+
+    flag = "--exclude"
+
+    def violation(self, table: pd.DataFrame) -> np.ndarray:
+        return self._present(table)
 
 
 @dataclass(frozen=True)

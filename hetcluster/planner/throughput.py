@@ -113,6 +113,13 @@ def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> n
     return np.where(before <= capacity, np.inf, theta)
 
 
+def waterfill(rates, capacity: float) -> np.ndarray:
+    """Max-min fair shares of one capacity: min(r_i, θ) with Σ = min(Σ r_i, capacity) (exact)."""
+    rates = np.asarray(rates, dtype=np.float64)
+    theta = _waterfill_level(np.ones((1, rates.size)), rates, np.array([float(capacity)]))[0]
+    return np.minimum(rates, theta)
+
+
 def _occupancy_terms(W, z, s, Q):
     """Per-customer Schweitzer terms at total occupancy Q: waits w_i, occupancies Q_i, dQ_i/dQ.
 

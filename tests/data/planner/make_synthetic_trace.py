@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hetcluster.planner.throughput import waterfill  # exact max-min shares of one capacity
+
 DEVICES = [  # name, solo steps/s, idle W, busy W
     ("server", 24.0, 65.0, 210.0),
     ("xavier", 7.5, 4.5, 15.0),
@@ -36,16 +38,6 @@ CAPACITY_FRACTION = 0.8
 OVERHEAD_PER_WORKER = 0.04
 NOISE = 0.02
 STEPS = 200
-
-
-def waterfill(rates: np.ndarray, capacity: float) -> np.ndarray:
-    if rates.sum() <= capacity:
-        return rates.copy()
-    lo, hi = 0.0, float(rates.max())
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if np.minimum(rates, mid).sum() > capacity else (mid, hi)
-    return np.minimum(rates, lo)
 
 
 def main() -> None:
