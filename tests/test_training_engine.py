@@ -79,9 +79,11 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
     assert r2.steps_per_s > 0
 
-    # the job is done: a further run on the same checkpoint applies nothing
-    r3 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=40, checkpoint_dir=ckpt), second, timeout_s=300)
-    assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 0, 40)
+    # continuing with the memory scheduler's plan in the step (a small per-worker budget)
+    r3 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=50, checkpoint_dir=ckpt, memory_budget_bytes=200_000),
+                           second, timeout_s=300)
+    assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 10, 50)
+    assert math.isfinite(r3.final_loss)
 
 
 def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
@@ -102,16 +104,6 @@ def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
     _check_consistent(result, ["a", "b"])
 
 
-def test_unreachable_worker_is_named_before_training(make_cluster):
-    from hetcluster.training.run_job import run_in_subprocess
-
-    addresses, _ = make_cluster(["a"])
-    missing = ClusterAddresses(workers={"a": addresses.workers["a"], "ghost": free_address()}, ps=addresses.ps,
-                               chief=addresses.chief)
-    with pytest.raises(TrainingError, match="ghost"):
-        run_in_subprocess(TrainSpec(model=MODEL, total_steps=5), missing, timeout_s=300)
-
-
 _GATE_SCRIPT = textwrap.dedent("""
     import json, sys
     from hetcluster.training.engine import _Trainer, connect
@@ -122,7 +114,9 @@ _GATE_SCRIPT = textwrap.dedent("""
     strategy, coordinator = connect(cluster)
     trainer = _Trainer(spec, cluster, strategy, coordinator, None)
     stamps = trainer.run_round(35, 20, lambda: None)   # 15 closures more than the total
-    print(json.dumps({"iterations": trainer.iterations(), "applied": sum(s.applied for s in stamps)}))
+    again = trainer.run_round(5, 20, lambda: None)     # the total is reached: nothing applies
+    print(json.dumps({"iterations": trainer.iterations(), "applied": sum(s.applied for s in stamps),
+                      "applied_after": sum(s.applied for s in again)}))
     sys.stdout.flush()
     import os; os._exit(0)
 """)
@@ -135,4 +129,5 @@ def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster):
     out = subprocess.run([sys.executable, "-c", _GATE_SCRIPT, json.dumps(addresses.to_dict())], capture_output=True,
                          text=True, timeout=300, check=True)
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    assert figures == {"iterations": 20, "applied": 20}
+    assert figures == {"iterations": 20, "applied": 20, "applied_after": 0}
+

@@ -106,6 +106,22 @@ def default_gradient_fn(loss_fn: Any) -> GradientFn:
     return gradient_fn
 
 
+def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer: Any) -> GradientFn:
+    """Gradients through the memory scheduler's plan for ``spec.memory_budget_bytes``."""
+    import tensorflow as tf
+
+    from hetcluster.memory.executor import build_train_step
+    from hetcluster.memory.fit import plan_for
+
+    m = spec.model
+    plan = plan_for(m.name, m.batch_size, spec.memory_budget_bytes, spec.memory_device_kind,
+                    input_shape=m.input_shape, classes=m.classes)
+    log.info("memory plan for %d bytes: %s, fits=%s, predicted slowdown %.2f", spec.memory_budget_bytes,
+             plan.technique, plan.fits, plan.predicted_slowdown)
+    step = build_train_step(model, lambda y, out: tf.nn.compute_average_loss(loss_fn(y, out)), optimizer, plan)
+    return lambda _model, x, y: step.gradients_fn(x, y)
+
+
 class _Trainer:
     """Model, optimizer, checkpoint and traced step of one run on one cluster."""
 
@@ -125,6 +141,8 @@ class _Trainer:
             self.manager = tf.train.CheckpointManager(self.checkpoint, spec.checkpoint_dir,
                                                       max_to_keep=max(1, spec.max_checkpoints))
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        if gradient_fn is None and spec.memory_budget_bytes > 0:
+            gradient_fn = _scheduled_gradient_fn(spec, self.model, loss_fn, self.optimizer)
         self.gradient_fn = gradient_fn or default_gradient_fn(loss_fn)
         dataset_fn = make_dataset_fn(spec.data, spec.model)
 

@@ -59,6 +59,9 @@ class TrainSpec:
     ``total_steps`` is the job's total of applied steps *including* those already in the restored
     checkpoint; the run applies exactly ``total_steps - restored`` more. ``checkpoint_every_steps``
     = 0 writes only the final checkpoint. ``learning_rate`` drives plain SGD with momentum 0.9.
+    ``memory_budget_bytes`` > 0 runs the memory scheduler's plan for that per-worker budget
+    (``hetcluster.memory``) inside the step; one traced step serves every worker, so pass the
+    smallest budget among the chosen workers.
     """
 
     model: ModelSpec
@@ -69,6 +72,8 @@ class TrainSpec:
     max_checkpoints: int = 3
     learning_rate: float = 0.01
     warmup_steps: int = 0
+    memory_budget_bytes: int = 0
+    memory_device_kind: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.total_steps < 0:
