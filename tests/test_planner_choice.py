@@ -164,3 +164,23 @@ def test_importing_the_planner_loads_no_grpc_tensorflow_or_sklearn():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_runs_naming_excluded_or_failed_devices_are_dropped_not_fatal(caplog):
+    from hetcluster.planner import RunMeasurement
+
+    runs = [
+        RunMeasurement(("A", "gone"), 100, 10.0, 12.0, 130.0),   # a device that failed in pre-training
+        RunMeasurement(("A", "B"), 100, 10.0, 0.0, 120.0),       # a run that applied no step
+    ]
+    with caplog.at_level("WARNING"):
+        table = estimate(FLEET, runs, JobSpec(total_steps=1000))
+    assert len(table) == 7
+    assert "ignoring run A+gone" in caplog.text and "ignoring run A+B" in caplog.text
+
+
+def test_device_measurement_errors_are_clear():
+    with pytest.raises(PlanningError, match="steps_per_s of device 'A'"):
+        estimate((DeviceMeasurement("A", 0.0, 1.0, 1.0),), [], JobSpec(total_steps=10))
+    with pytest.raises(PlanningError, match="Duplicate device names"):
+        estimate((A, A), [], JobSpec(total_steps=10))

@@ -30,7 +30,7 @@ from hetcluster.planner.configurations import (
     names_for_masks,
 )
 from hetcluster.planner.fleet import Units
-from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement, validate_inputs
+from hetcluster.planner.inputs import JobSpec, usable_runs, validate_inputs
 from hetcluster.planner.power import PowerModel
 from hetcluster.planner.throughput import ThroughputModel
 
@@ -50,8 +50,9 @@ class FittedModels:
 
     @classmethod
     def fit(cls, devices, runs, job: JobSpec, *, use_regression: bool | None = None) -> "FittedModels":
-        devices, runs = tuple(devices), tuple(runs)
-        validate_inputs(devices, runs, job)
+        devices = tuple(devices)
+        validate_inputs(devices, (), job)
+        runs = usable_runs(devices, runs)
         throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
         return cls(throughput, PowerModel.fit(throughput, runs), job)
 

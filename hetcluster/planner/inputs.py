@@ -7,10 +7,13 @@ estimation code can assume finite, positive numbers.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 from hetcluster.errors import PlanningError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,38 @@ def _nonnegative_finite(value: float, what: str, hint: str) -> None:
         raise PlanningError(f"{what} must be a non-negative finite number, got {value!r}.", hint=hint)
 
 
+def usable_runs(devices, runs) -> tuple[RunMeasurement, ...]:
+    """The runs the model can learn from; the others are dropped with a warning, not an error.
+
+    A device that failed in pre-training is excluded from the fleet, but a multi-device run that
+    included it may still be in the profile: it says nothing about the remaining fleet.
+    """
+    known = {d.name for d in devices}
+    kept = []
+    for run in runs:
+        label = "+".join(run.devices) or "(no devices)"
+        unknown = [n for n in run.devices if n not in known]
+        if not run.devices or unknown:
+            log.warning("ignoring run %s: it names devices without a solo measurement: %s", label, ", ".join(unknown))
+        elif len(set(run.devices)) != len(run.devices):
+            log.warning("ignoring run %s: a device appears twice", label)
+        elif not (math.isfinite(run.steps_per_s) and run.steps_per_s > 0):
+            log.warning("ignoring run %s: throughput %r is not positive", label, run.steps_per_s)
+        elif not (math.isfinite(run.power_w) and run.power_w >= 0):
+            log.warning("ignoring run %s: power %r is not a non-negative number", label, run.power_w)
+        else:
+            kept.append(run)
+    return tuple(kept)
+
+
 def validate_inputs(
     devices: tuple[DeviceMeasurement, ...] | list[DeviceMeasurement],
     runs: tuple[RunMeasurement, ...] | list[RunMeasurement],
     job: JobSpec,
 ) -> None:
-    """Reject inputs the model cannot use, with a message naming the device or run."""
+    """Reject device and job inputs the model cannot use, with a message naming the device.
+
+    Runs are not validated here: usable_runs() filters them."""
     fix = "re-run pre-training (`hetcluster profile`) or fix the profile file."
     if not devices:
         raise PlanningError("No device measurements were given.", hint="profile at least one device.")
@@ -85,18 +114,6 @@ def validate_inputs(
         _nonnegative_finite(d.idle_power_w, f"idle_power_w of device {d.name!r}", fix)
         _nonnegative_finite(d.steps_per_s_std, f"steps_per_s_std of device {d.name!r}", fix)
         _positive_finite(d.memory_slowdown, f"memory_slowdown of device {d.name!r}", fix)
-    known = set(names)
-    for run in runs:
-        unknown = [n for n in run.devices if n not in known]
-        if unknown:
-            raise PlanningError(
-                f"Run of {'+'.join(run.devices)} names unmeasured devices: {', '.join(unknown)}.",
-                hint="measure every device alone before multi-device runs, or drop the run.",
-            )
-        if not run.devices:
-            raise PlanningError("A run measurement lists no devices.", hint=fix)
-        _positive_finite(run.steps_per_s, f"steps_per_s of run {'+'.join(run.devices)}", fix)
-        _nonnegative_finite(run.power_w, f"power_w of run {'+'.join(run.devices)}", fix)
     if int(job.total_steps) <= 0:
         raise PlanningError(f"total_steps must be positive, got {job.total_steps}.", hint="pass --total-steps N with N > 0.")
     _nonnegative_finite(job.pretrain_time_s, "pretrain_time_s", fix)

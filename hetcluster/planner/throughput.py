@@ -47,7 +47,7 @@ import numpy as np
 
 from hetcluster.errors import PlanningError
 from hetcluster.planner.fleet import Units, class_units, device_units, run_weights
-from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement, validate_inputs
+from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement, usable_runs, validate_inputs
 
 log = logging.getLogger(__name__)
 
@@ -360,8 +360,8 @@ class ThroughputModel:
         variant: (family, with κ) forces a family (tests, ablations); None selects by leave-one-out.
         """
         devices = tuple(devices)
-        runs = list(runs)
-        validate_inputs(devices, runs, JobSpec(total_steps=1))
+        validate_inputs(devices, (), JobSpec(total_steps=1))
+        runs = list(usable_runs(devices, runs))
         units = device_units(devices)
         multi = [r for r in runs if len(r.devices) > 1]
         data = _RunData.of(units, multi)
