@@ -131,3 +131,22 @@ def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster):
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     assert figures == {"iterations": 20, "applied": 20, "applied_after": 0}
 
+
+
+def test_stop_request_ends_at_a_round_boundary_with_a_checkpoint(make_cluster, tmp_path):
+    import threading
+
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, _ = make_cluster(["a"])
+    stop = threading.Event()
+
+    def stop_early(done, to_do, elapsed_s):
+        if done >= 12:
+            stop.set()
+
+    result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=5000, checkpoint_dir=str(tmp_path)), addresses,
+                               timeout_s=300, round_steps=10, on_progress=stop_early, stop_event=stop)
+    assert result.stopped
+    assert 20 <= result.steps_applied < 5000 and result.steps_applied % 10 == 0
+    assert result.checkpoint_path.endswith(f"ckpt-{result.steps_applied}")

@@ -49,6 +49,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+DEFAULT_ROUND_STEPS = 200
+DEFAULT_ROUND_STEPS_PER_WORKER = 50
+
 # gradient_fn(model, x, y) -> (loss, gradients aligned with model.trainable_variables)
 GradientFn = Callable[[Any, Any, Any], tuple[Any, list[Any]]]
 # on_progress(steps_applied_so_far_in_run, steps_to_do_in_run, elapsed_s), polled ~4 times a second
@@ -253,8 +256,9 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     """Restore the latest checkpoint, apply exactly ``total_steps - restored`` steps, checkpoint.
 
     Call at most once per process (see the module docstring); :func:`run_job.run_in_subprocess`
-    does that for you. ``stop_event`` is honoured between rounds (of ``round_steps``, or of
-    ``checkpoint_every_steps``); a stopped run saves a checkpoint and returns what it did.
+    does that for you. ``stop_event`` is honoured between rounds (``round_steps``, by default
+    max(200, 50 per worker), or ``checkpoint_every_steps`` if smaller); a stopped run saves a
+    checkpoint and returns what it did with ``stopped=True``.
     When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
     (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
     """
@@ -265,7 +269,9 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     restored = trainer.restore()
     target = max(spec.total_steps, restored)
     to_do = target - restored
-    per_round = min(x for x in (round_steps or 0, spec.checkpoint_every_steps, to_do or 1) if x > 0)
+    # Rounds bound how long a stop request waits; each costs one join (a short pipeline drain).
+    round_default = max(DEFAULT_ROUND_STEPS, DEFAULT_ROUND_STEPS_PER_WORKER * len(cluster.workers))
+    per_round = min(x for x in (round_steps or round_default, spec.checkpoint_every_steps, to_do or 1) if x > 0)
     stamps: list[_Stamp] = []
     start_wall_s = time.time()
 
@@ -307,8 +313,10 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     if on_progress is not None:
         on_progress(current - restored, to_do, end_wall_s - start_wall_s)
     checkpoint_path = trainer.save() or checkpoint_path
-    return _result(spec, cluster, trainer, stamps, restored, current, start_wall_s, end_wall_s,
-                   checkpoint_path, scheduled)
+    result = _result(spec, cluster, trainer, stamps, restored, current, start_wall_s, end_wall_s,
+                     checkpoint_path, scheduled)
+    result.stopped = current < target
+    return result
 
 
 def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamps: list[_Stamp], restored: int,

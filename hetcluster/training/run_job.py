@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         result = run_training(TrainSpec.from_dict(job["train"]), ClusterAddresses.from_dict(job["cluster"]),
                               on_progress=on_progress, stop_event=stop, round_steps=args.round_steps or None)
         payload = result.to_dict()
-        payload["stopped"] = stop.is_set()
     except HetclusterError as exc:
         payload, code = {"error": str(exc), "error_type": type(exc).__name__}, 2
     except Exception as exc:  # noqa: BLE001 - report anything to the parent rather than die silently
@@ -84,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: float | None = None,
                       on_progress: Callable[[int, int, float], None] | None = None,
-                      round_steps: int = 0, log_path: Path | None = None) -> RunResult:
+                      round_steps: int = 0, log_path: Path | None = None,
+                      stop_event: threading.Event | None = None, stop_grace_s: float = 120.0) -> RunResult:
     """Run :func:`engine.run_training` in a child process and return its RunResult.
 
+    Setting ``stop_event`` asks the child (SIGINT) to stop after its current round; it writes a
+    checkpoint and the result comes back with ``stopped=True``. On KeyboardInterrupt the child is
+    asked the same, given ``stop_grace_s`` to checkpoint, and the interrupt is re-raised.
     Raises TrainingError with the child's error (or log tail) if the run fails or times out.
-    On KeyboardInterrupt the child is asked to stop (it checkpoints) and the interrupt re-raised.
     """
     with tempfile.TemporaryDirectory(prefix="hetcluster-run-") as tmp:
         tmpdir = Path(tmp)
@@ -103,9 +105,13 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         deadline = time.monotonic() + timeout_s if timeout_s else None
         with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
             child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            stop_sent = False
             try:
                 while child.poll() is None:
                     _pump_progress(progress, on_progress)
+                    if stop_event is not None and stop_event.is_set() and not stop_sent:
+                        child.send_signal(signal.SIGINT)
+                        stop_sent = True
                     if deadline and time.monotonic() > deadline:
                         child.kill()
                         child.wait()
@@ -113,8 +119,13 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
                                             hint="raise the timeout or train fewer steps.")
                     time.sleep(0.2)
             except KeyboardInterrupt:
-                child.send_signal(signal.SIGINT)
-                child.wait()
+                if child.poll() is None:
+                    child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(timeout=stop_grace_s)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
                 raise
             _pump_progress(progress, on_progress)
         if not result_path.exists():
@@ -124,7 +135,6 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         payload = json.loads(result_path.read_text(encoding="utf-8"))
     if "error" in payload:
         raise TrainingError(payload["error"])
-    payload.pop("stopped", None)
     return RunResult.from_dict(payload)
 
 

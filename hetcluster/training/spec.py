@@ -103,7 +103,8 @@ class RunResult:
     docs/training.md); ``steps_total`` the count after it (restored + applied). ``steps_per_worker``
     counts applied steps whose results came back from each worker; ``step_times`` holds one
     ``(start_wall_s, end_wall_s, worker_name)`` triple per applied step, stamped by the worker
-    itself (``tf.timestamp()`` inside the step), sorted by end time.
+    itself (``tf.timestamp()`` inside the step), sorted by end time. ``stopped`` says the run was
+    asked to stop (Ctrl-C, SIGTERM) and ended early at a round boundary, checkpoint written.
     """
 
     steps_applied: int
@@ -119,6 +120,7 @@ class RunResult:
     checkpoint_path: str | None
     closures_scheduled: int = 0
     warmup_steps: int = 0
+    stopped: bool = False
 
     @property
     def steps_unattributed(self) -> int:
