@@ -17,7 +17,7 @@ from hetcluster.memory.liveness import offload_candidates, timeline
 from hetcluster.memory.route import MEMORY, SPEED, Segment, build_route
 
 N = LayerNode
-NO_OVERHEAD = Overheads(optimizer="sgd", runtime_bytes=0)
+NO_OVERHEAD = Overheads(optimizer="sgd", runtime_bytes=0, transients=False)
 
 
 def chain() -> LayerGraph:
@@ -150,11 +150,22 @@ def test_offloaded_tensor_leaves_device_between_passes() -> None:
 
 def test_nothing_fits_reports_the_smallest_peak() -> None:
     g = residual()
-    plan = plan_for_budget(g, 1, "cpu", overheads=Overheads(optimizer="adam", runtime_bytes=0))
+    plan = plan_for_budget(g, 1, "cpu", overheads=Overheads(optimizer="adam", runtime_bytes=0, transients=False))
     assert not plan.fits
     cpu_peaks = [v for k, v in plan.technique_peaks.items() if "offload" not in k and k != "baseline"]
     assert plan.predicted_peak_bytes == min(cpu_peaks)
     assert plan.predicted_peak_bytes >= plan.fixed_bytes == g.param_bytes + 3 * g.trainable_param_bytes
+
+
+def test_fixed_bytes_count_state_and_transients() -> None:
+    g = residual(blocks=1, size=1000)
+    sgd = Overheads(optimizer="sgd", runtime_bytes=5)
+    adam = Overheads(optimizer="adam", runtime_bytes=5)
+    # weights + gradients (+ slots), the largest weight's update temporaries, the largest activation
+    assert sgd.fixed_bytes(g) == g.param_bytes + g.trainable_param_bytes + 1 * 100 + 1000 + 5
+    assert adam.fixed_bytes(g) == g.param_bytes + 3 * g.trainable_param_bytes + 3 * 100 + 1000 + 5
+    with pytest.raises(MemoryPlanError):
+        Overheads(optimizer="lion")
 
 
 def test_plan_json_round_trip_keys() -> None:

@@ -1,13 +1,20 @@
 """What a training step needs besides activations, and what a plan costs in time.
 
-Fixed bytes (live for the whole step): parameters (all weights, BN moving statistics included),
-one gradient per trainable weight, the optimizer's slots per trainable weight, and a runtime
-constant for what TensorFlow itself holds (kernels' scratch space, the executor, small tensors).
-The input batch is not here: it is the activation of the graph's input nodes.
+Fixed bytes (counted at every step): parameters (all weights, BN moving statistics included), one
+gradient per trainable weight, the optimizer's slots per trainable weight, and two transients
+that coincide with the backward peak in practice:
 
-The runtime constant was calibrated on this project's CPU machine (TF 2.20, oneDNN), comparing
-`tf.config.experimental.get_memory_info('CPU:0')['peak']` of plain train steps against the
-liveness prediction: see docs/memory.md and `benchmarks/memory.py`.
+- optimizer-update temporaries: inside one traced step TensorFlow applies a variable's update as
+  soon as its gradient exists, i.e. during the backward pass of the earlier layers; the update of
+  the largest variable allocates a few temporaries of its size (2 for SGD with momentum);
+- kernel scratch: oneDNN reorders a layer's input into its blocked layout during the backward,
+  about one copy of the largest activation.
+
+Plus a runtime constant (`runtime_bytes`, 0 by default). The input batch is not here: it is the
+activation of the graph's input nodes. These terms were calibrated on this project's CPU machine
+(TF 2.20, oneDNN) against `tf.config.experimental.get_memory_info('CPU:0')['peak']` of plain and
+scheduled train steps of ResNet-50, VGG-16 and CIFAR ResNets: see docs/memory.md and
+`benchmarks/memory.py` (VGG-16's 67 MB fc2 kernel is what exposed the update temporaries).
 
 Slowdown = recomputed FLOPs / step FLOPs (a step is forward + backward, counted as 3x the forward
 FLOPs), plus the host-link transfer time of offloaded tensors over the step time, both estimated
@@ -34,8 +41,19 @@ OPTIMIZER_SLOTS: dict[str, int] = {
 
 DEVICE_KINDS = ("cpu", "unified", "discrete-gpu")
 
-# TensorFlow's own bytes beyond tensors the plan models (calibrated, see module docstring).
-DEFAULT_RUNTIME_BYTES = 24 * 2**20
+# Temporaries of one variable's update, in copies of the variable.
+UPDATE_TEMP_COPIES: dict[str, int] = {
+    "sgd": 1,
+    "sgd-momentum": 2,
+    "momentum": 2,
+    "adagrad": 2,
+    "rmsprop": 2,
+    "adam": 3,
+    "adamw": 3,
+}
+
+# TensorFlow's own bytes beyond what the plan models (calibrated, see module docstring).
+DEFAULT_RUNTIME_BYTES = 0
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,7 @@ class Overheads:
 
     optimizer: str = "sgd-momentum"
     runtime_bytes: int = DEFAULT_RUNTIME_BYTES
+    transients: bool = True  # count update temporaries and kernel scratch
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZER_SLOTS:
@@ -51,7 +70,16 @@ class Overheads:
 
     def fixed_bytes(self, graph: LayerGraph) -> int:
         trainable = graph.trainable_param_bytes
-        return int(graph.param_bytes + trainable * (1 + OPTIMIZER_SLOTS[self.optimizer]) + self.runtime_bytes)
+        state = graph.param_bytes + trainable * (1 + OPTIMIZER_SLOTS[self.optimizer])
+        return int(state + self.transient_bytes(graph) + self.runtime_bytes)
+
+    def transient_bytes(self, graph: LayerGraph) -> int:
+        """Update temporaries of the largest variable plus one copy of the largest activation."""
+        if not self.transients:
+            return 0
+        largest_weight = max((n.trainable_param_bytes for n in graph.nodes), default=0)
+        largest_activation = max((n.output_bytes for n in graph.nodes if n.kind != "input"), default=0)
+        return int(UPDATE_TEMP_COPIES[self.optimizer] * largest_weight + largest_activation)
 
 
 @dataclass(frozen=True)
