@@ -123,25 +123,15 @@ class LayerGraph:
         """SuperNeurons' checkpoints: conv, dense, join, fork and concat outputs."""
         return self.nodes[i].kind in CHECKPOINT_KINDS or self.is_fork(i) or self.is_join(i)
 
-    @property
-    def forward_flops(self) -> float:
-        return float(sum(n.flops for n in self.nodes))
+    def total(self, attribute: str, kind: str | None = None) -> float:
+        """Sum of a node attribute over the graph (or over the nodes of one kind)."""
+        return sum(getattr(n, attribute) for n in self.nodes if kind is None or n.kind == kind)
 
-    @property
-    def activation_bytes(self) -> int:
-        return int(sum(n.output_bytes for n in self.nodes))
-
-    @property
-    def param_bytes(self) -> int:
-        return int(sum(n.param_bytes for n in self.nodes))
-
-    @property
-    def trainable_param_bytes(self) -> int:
-        return int(sum(n.trainable_param_bytes for n in self.nodes))
-
-    @property
-    def input_bytes(self) -> int:
-        return int(sum(n.output_bytes for n in self.nodes if n.kind == "input"))
+    forward_flops = property(lambda self: float(self.total("flops")))
+    activation_bytes = property(lambda self: int(self.total("output_bytes")))
+    param_bytes = property(lambda self: int(self.total("param_bytes")))
+    trainable_param_bytes = property(lambda self: int(self.total("trainable_param_bytes")))
+    input_bytes = property(lambda self: int(self.total("output_bytes", "input")))
 
     def largest_layer_bytes(self) -> int:
         """Memory one layer needs on its own in training: its inputs and output, and their gradients.
