@@ -84,11 +84,15 @@ def random_fleet(rng: np.random.Generator, n: int):
 
 
 def simulate(truth: Truth, fleet, subset, noise: float, rng) -> tuple[float, float, dict]:
+    """(aggregate steps/s, summed power, per-device steps/s) of one run; with noise, every
+    device's throughput is jittered (so the aggregate is the sum of the jittered ones)."""
     rates = np.array([fleet[i][1] for i in subset])
     x = truth.per_device(rates)
     power = sum(fleet[i][2] + (fleet[i][3] - fleet[i][2]) * xi / fleet[i][1] for i, xi in zip(subset, x))
-    jitter = lambda: float(np.exp(rng.normal(0.0, noise))) if noise else 1.0  # noqa: E731
-    return float(x.sum()) * jitter(), power * jitter(), {fleet[i][0]: xi for i, xi in zip(subset, x)}
+    if noise:
+        x = x * np.exp(rng.normal(0.0, noise, x.size))
+        power *= float(np.exp(rng.normal(0.0, noise)))
+    return float(x.sum()), power, {fleet[i][0]: xi for i, xi in zip(subset, x)}
 
 
 def one_fleet(seed: int, kind: str, n: int, idle_counts: bool, noise: float = 0.03):

@@ -93,6 +93,7 @@ def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -
     rel_e = energy_std / np.maximum(energy_j, 1e-300)
     return {
         "n_workers": weights.sum(axis=1).astype(np.int64),
+        "demand_steps_per_s": weights @ units.rate_steps_per_s,  # Σ r_i: throughput without contention
         "steps_per_s": steps,
         "steps_per_s_std": steps * rel_r,
         "time_s": time_s,

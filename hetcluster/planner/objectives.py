@@ -12,7 +12,9 @@ from hetcluster.errors import PlanningError
 
 @dataclass(frozen=True)
 class Objective:
-    """Minimise `column`; ties go to fewer workers, then to less energy."""
+    """Minimise `column`. Predictions equal to 1e-9 (e.g. every set past a hard capacity) tie;
+    ties go to the most uncontended throughput Σ r_i for `time` (the most headroom if the
+    capacity was underestimated), to fewer workers for the others, then to less energy."""
 
     name: str
     column: str
@@ -26,10 +28,18 @@ class Objective:
         """Row positions, best first."""
         values = self.values(table)
         order = np.argsort(values, kind="stable")
+        if values.size < 2:
+            return order
         ranked = values[order]
-        if np.any(ranked[1:] == ranked[:-1]):  # exact ties (e.g. power of equal devices): full sort
-            order = np.lexsort((table["energy_j"].to_numpy(), table["n_workers"].to_numpy(), values))
-        return order
+        scale = np.maximum(np.abs(ranked[1:]), np.abs(ranked[:-1]))
+        if not np.any(np.abs(ranked[1:] - ranked[:-1]) <= 1e-9 * scale):
+            return order
+        quantised = np.round(np.log(np.maximum(values, 1e-300)), 9)  # relative 1e-9 steps
+        if self.name == "time" and "demand_steps_per_s" in table.columns:
+            tie = -table["demand_steps_per_s"].to_numpy(dtype=np.float64)
+        else:
+            tie = table["n_workers"].to_numpy()
+        return np.lexsort((table["energy_j"].to_numpy(), tie, quantised))
 
 
 Time = Objective("time", "time_s", "time_s_std", "s")

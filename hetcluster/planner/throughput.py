@@ -29,7 +29,10 @@ squares on log R and, where recorded, on each device's log x_i. The variant (que
 waterfill, waterfill+κ; the κ variants only with three or more multi-device runs) is chosen by
 a BIC-like score over all aggregate and per-device observations (n·log(SSE/n) + k·log n; queue
 when there are fewer than two runs) — with only a handful of runs, leave-one-out over the runs
-was too noisy to tell the families apart, while the per-device slowdowns separate them well. With at least three multi-device runs, a ridge regression
+was too noisy to tell the families apart, while the per-device slowdowns separate them well.
+When several variants are plausible, predictions are their BIC-weighted average (weights
+exp(−ΔBIC/2), those under 0.02 dropped): a soft knee where the runs cannot tell a hard capacity
+from a queue, and per-worker overhead only in proportion to the evidence for it. With at least three multi-device runs, a ridge regression
 (scikit-learn) on the log-residual log(R_meas/R_model), with features that vanish for one worker
 [log n, log(Σr/max r), 1 − min r/max r], corrects what the family misses; it is kept only when
 its leave-one-out error beats the analytic model's.
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 CHUNK_ROWS = 1 << 12
 PRIOR_MODEL_STD = 0.15
 MIN_RUNS_FOR_REGRESSION = 3
+MIXTURE_MIN_WEIGHT = 0.02
 KAPPA_GRID = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
 
@@ -170,8 +174,14 @@ def _solve_waits(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarr
     return w
 
 
-def solve(weights: np.ndarray, units: Units, model: Contention, util_weights: np.ndarray | None = None) -> QueuePrediction:
-    """R, Σ g_i·u_i and the measurement variance for every row of `weights` (configs × units)."""
+def solve(weights: np.ndarray, units: Units, model, util_weights: np.ndarray | None = None) -> QueuePrediction:
+    """R, Σ g_i·u_i and the measurement variance for every row of `weights` (configs × units).
+
+    `model` is one Contention or a mixture ((weight, Contention), ...) whose predictions are
+    averaged with those weights."""
+    if not isinstance(model, Contention):
+        parts = [(w, solve(weights, units, m, util_weights)) for w, m in model]
+        return QueuePrediction(*(sum(w * getattr(q, f) for w, q in parts) for f in ("steps_per_s", "weighted_util", "measurement_var")))
     rate = units.rate_steps_per_s
     g = np.zeros_like(rate) if util_weights is None else np.asarray(util_weights, dtype=np.float64)
     sigma2 = units.rate_std_steps_per_s ** 2
@@ -316,7 +326,7 @@ def _loo(data: _RunData, units: Units, family: str, with_kappa: bool, with_regre
     return float(np.sqrt(np.mean(errors))) if errors else float("nan")
 
 
-def _selection_score(data: _RunData, units: Units, family: str, with_kappa: bool) -> float:
+def _selection_score(data: _RunData, units: Units, family: str, with_kappa: bool) -> tuple[float, Contention]:
     """BIC-like score of a variant fitted to all runs: observations are the aggregate and the
     per-device throughputs (the latter separate the families), parameters are s (and κ)."""
     model = _fit_variant(data, units, family, with_kappa)
@@ -327,7 +337,7 @@ def _selection_score(data: _RunData, units: Units, family: str, with_kappa: bool
     r = np.concatenate(resid)
     n_obs = r.size
     sse = max(float(np.sum(r ** 2)), n_obs * 1e-6)  # 0.1 % noise floor: exact fits do not win by luck
-    return n_obs * np.log(sse / n_obs) + (2 if with_kappa else 1) * np.log(n_obs)
+    return n_obs * np.log(sse / n_obs) + (2 if with_kappa else 1) * np.log(n_obs), model
 
 
 @dataclass
@@ -341,7 +351,13 @@ class ThroughputModel:
     loo_errors: dict = field(default_factory=dict)  # chosen variant / "regression" → leave-one-out RMS log-error
     selection_scores: dict = field(default_factory=dict)  # variant → BIC-like score (lower is better)
     n_calibration_runs: int = 0
+    mixture: tuple = ()   # ((BIC weight, Contention), ...) when several variants are plausible
     _units: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def analytic(self):
+        """What solve() evaluates: the BIC-weighted mixture, or the single chosen variant."""
+        return self.mixture or self.contention
 
     @property
     def service_s(self) -> float:
@@ -368,14 +384,21 @@ class ThroughputModel:
         loo: dict[str, float] = {}
         selection: dict[str, float] = {}
         choice = variant or ("queue", False)
+        mixture: tuple = ()
         if variant is None and len(multi) >= 2:
             candidates = VARIANTS if len(multi) >= 3 else VARIANTS[:2]
-            score = {v: _selection_score(data, units, *v) for v in candidates}
-            choice = min(candidates, key=lambda v: (round(score[v], 4), VARIANTS.index(v)))
-            selection = {_name(*v): float(e) for v, e in score.items()}
+            scored = {v: _selection_score(data, units, *v) for v in candidates}
+            choice = min(candidates, key=lambda v: (round(scored[v][0], 4), VARIANTS.index(v)))
+            selection = {_name(*v): float(e) for v, (e, _) in scored.items()}
+            best = scored[choice][0]
+            weights = {v: float(np.exp(-0.5 * (e - best))) for v, (e, _) in scored.items()}
+            kept = {v: w for v, w in weights.items() if w >= MIXTURE_MIN_WEIGHT}
+            if len(kept) > 1:
+                total = sum(kept.values())
+                mixture = tuple((w / total, scored[v][1]) for v, w in kept.items())
         contention = _fit_variant(data, units, *choice)
         model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo,
-                    selection_scores=selection)
+                    selection_scores=selection, mixture=mixture)
         model._units["devices"] = units
         if len(multi) >= 2:
             loo[_name(*choice)] = _loo(data, units, *choice, False)
@@ -384,7 +407,7 @@ class ThroughputModel:
         if want and len(multi) >= 2:
             loo["regression"] = _loo(data, units, *choice, True)
             if use_regression is True or loo["regression"] < loo[_name(*choice)]:
-                model.regression = _fit_regression(data, units, contention)
+                model.regression = _fit_regression(data, units, model.analytic)
                 model_std = loo["regression"]
         if model_std is not None and np.isfinite(model_std):
             model.model_std = max(float(model_std), 0.01)
@@ -403,7 +426,7 @@ class ThroughputModel:
 
     def predict_weights(self, weights: np.ndarray, units: Units, util_weights: np.ndarray | None = None):
         """(steps_per_s, relative std, QueuePrediction, correction factor) for a weight matrix."""
-        q = solve(weights, units, self.contention, util_weights)
+        q = solve(weights, units, self.analytic, util_weights)
         factor = np.ones(weights.shape[0])
         if self.regression is not None:
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
