@@ -67,13 +67,20 @@ def weights_of(units: Units, configs: np.ndarray) -> np.ndarray:
 def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12) -> dict[str, np.ndarray]:
     """Predict every column for configurations (masks or count vectors), chunk by chunk so the
     weight matrices stay small and in cache."""
-    parts = [
-        _evaluate_weights(models, units, weights_of(units, configs[start:start + chunk_rows]))
-        for start in range(0, len(configs), chunk_rows)
-    ]
-    if not parts:
+    if len(configs) == 0:
         raise PlanningError("No configurations to evaluate.")
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    out: dict[str, np.ndarray] = {}
+    floats = None
+    for start in range(0, len(configs), chunk_rows):
+        part = _evaluate_weights(models, units, weights_of(units, configs[start:start + chunk_rows]))
+        if floats is None:  # the float columns share one row-major block: no copy into pandas
+            names = [k for k, v in part.items() if v.dtype == np.float64]
+            floats = np.empty((len(configs), len(names)))
+            out = {k: floats[:, i] for i, k in enumerate(names)}
+            out.update({k: np.empty(len(configs), dtype=v.dtype) for k, v in part.items() if k not in out})
+        for key, value in part.items():
+            out[key][start:start + len(value)] = value
+    return out
 
 
 def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
@@ -117,7 +124,17 @@ def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]
         }
     else:
         head = {"devices": names_for_masks(configs, units.labels), "mask": configs}
-    table = pd.DataFrame({**head, **columns})
+    bases = {id(v.base): v.base for v in columns.values() if isinstance(v.base, np.ndarray) and v.base.ndim == 2}
+    block = next(iter(bases.values())) if len(bases) == 1 else None
+    if block is not None:  # evaluate()'s shared float block: hand it to pandas without a copy
+        names = [k for k in columns if columns[k].base is block]
+        frame = pd.DataFrame(block, columns=names, copy=False)
+        rest = {k: v for k, v in columns.items() if k not in names}
+        table = pd.concat([pd.DataFrame({**head, **rest}), frame], axis=1, copy=False)
+        order = list(head) + [k for k in columns]
+        table = table[order]
+    else:
+        table = pd.DataFrame({**head, **columns})
     table.attrs["mode"] = "classes" if units.is_classes else "devices"
     table.attrs["device_names"] = units.labels if not units.is_classes else tuple(n for m in units.members for n in m)
     return table

@@ -24,22 +24,39 @@ class Objective:
     def values(self, table: pd.DataFrame) -> np.ndarray:
         return table[self.column].to_numpy(dtype=np.float64)
 
-    def order(self, table: pd.DataFrame) -> np.ndarray:
-        """Row positions, best first."""
+    def order(self, table: pd.DataFrame, resolve_top: int = 5000) -> np.ndarray:
+        """Row positions, best first. Ties are resolved within the tie groups that reach the first
+        `resolve_top` positions (that is where the choice and the shown rows are), at most
+        `resolve_top` rows of each, so a capacity plateau of 10^5 rows costs no full lexsort."""
         values = self.values(table)
-        order = np.argsort(values, kind="stable")
+        quantised = np.round(np.log(np.maximum(values, 1e-300)), 9)  # relative 1e-9 steps
+        order = np.argsort(quantised, kind="stable")
         if values.size < 2:
             return order
-        ranked = values[order]
-        scale = np.maximum(np.abs(ranked[1:]), np.abs(ranked[:-1]))
-        if not np.any(np.abs(ranked[1:] - ranked[:-1]) <= 1e-9 * scale):
-            return order
-        quantised = np.round(np.log(np.maximum(values, 1e-300)), 9)  # relative 1e-9 steps
+        ranked = quantised[order]
+        starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]]))
+        ends = np.append(starts[1:], ranked.size)
         if self.name == "time" and "demand_steps_per_s" in table.columns:
             tie = -table["demand_steps_per_s"].to_numpy(dtype=np.float64)
         else:
-            tie = table["n_workers"].to_numpy()
-        return np.lexsort((table["energy_j"].to_numpy(), tie, quantised))
+            tie = table["n_workers"].to_numpy().astype(np.float64)
+        energy = table["energy_j"].to_numpy(dtype=np.float64)
+        for start, end in zip(starts, ends):
+            if start >= resolve_top:
+                break
+            if end - start < 2:
+                continue
+            group = order[start:end]
+            if group.size > resolve_top:  # only the best resolve_top of a huge plateau are sorted
+                best = np.argpartition(tie[group], resolve_top)[:resolve_top]
+                rest = np.setdiff1d(np.arange(group.size), best, assume_unique=True)
+                group = np.concatenate([group[best], group[rest]])
+                head = group[:resolve_top]
+                group[:resolve_top] = head[np.lexsort((energy[head], tie[head]))]
+            else:
+                group = group[np.lexsort((energy[group], tie[group]))]
+            order[start:end] = group
+        return order
 
 
 Time = Objective("time", "time_s", "time_s_std", "s")

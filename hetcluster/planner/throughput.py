@@ -58,6 +58,7 @@ CHUNK_ROWS = 1 << 12
 PRIOR_MODEL_STD = 0.15
 MIN_RUNS_FOR_REGRESSION = 3
 MIXTURE_MIN_WEIGHT = 0.02
+FIT_ON_CLASSES_ABOVE = 20
 KAPPA_GRID = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
 
@@ -108,12 +109,12 @@ def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> n
     before = np.zeros(W.shape[0])                 # Σ_{k<j} W_k r_k
     suffix = Wt.sum(axis=0)                       # Σ_{k≥j} W_k
     theta = np.full(W.shape[0], -np.inf)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for j in range(rs.size):                  # a loop over units: np.cumsum along the short
-            level = (capacity - before) / suffix  # axis is an order of magnitude slower
-            theta = np.where(suffix > 0, np.maximum(theta, level), theta)
-            before = before + Wt[j] * rs[j]
-            suffix = suffix - Wt[j]
+    for j in range(rs.size):  # a loop over units: np.cumsum along the short axis is 10× slower
+        # past the last member suffix = 0 and C − Σr < 0 (contended rows), so the level is
+        # negative there and never the maximum; uncontended rows are set to inf below
+        np.maximum(theta, (capacity - before) / np.maximum(suffix, 0.5), out=theta)
+        before += Wt[j] * rs[j]
+        suffix -= Wt[j]
     return np.where(before <= capacity, np.inf, theta)
 
 
@@ -378,7 +379,8 @@ class ThroughputModel:
         devices = tuple(devices)
         validate_inputs(devices, (), JobSpec(total_steps=1))
         runs = list(usable_runs(devices, runs))
-        units = device_units(devices)
+        # big fleets fit on classes: the same numbers for identical devices, 12 columns not 1000
+        units = class_units(devices) if len(devices) > FIT_ON_CLASSES_ABOVE else device_units(devices)
         multi = [r for r in runs if len(r.devices) > 1]
         data = _RunData.of(units, multi)
         loo: dict[str, float] = {}
@@ -399,7 +401,7 @@ class ThroughputModel:
         contention = _fit_variant(data, units, *choice)
         model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo,
                     selection_scores=selection, mixture=mixture)
-        model._units["devices"] = units
+        model._units["classes" if units.is_classes else "devices"] = units
         if len(multi) >= 2:
             loo[_name(*choice)] = _loo(data, units, *choice, False)
         model_std = loo.get(_name(*choice))
