@@ -63,8 +63,11 @@ def test_diamond_fork_join_liveness() -> None:
     g = diamond()
     assert g.is_fork(1) and g.is_join(4) and not g.is_fork(2)
     live = timeline(g, build_route(g), fixed_bytes=7)
-    assert live.step_bytes.tolist() == [100, 200, 250, 300, 350, 260, 270, 310, 350, 400, 350, 200]
-    assert live.peak_bytes == 407 and live.labels[live.peak_step] == "B:c"
+    # the add passes its gradient through (no buffer); the fork's two contributions and their
+    # sum are live together at the S step, as with TensorFlow's AddN
+    assert live.labels[8:12] == ("B:d", "B:c", "B:b", "S:a")
+    assert live.step_bytes.tolist() == [100, 200, 250, 300, 350, 260, 270, 310, 250, 350, 450, 400, 200]
+    assert live.peak_bytes == 457 and live.labels[live.peak_step] == "B:b"
 
 
 def test_recompute_segment_replays_only_what_backward_reads() -> None:

@@ -44,7 +44,7 @@ class Segment:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the route: F forward, L loss, R recompute, B backward of `layer`."""
+    """One step of the route: F forward, L loss, R recompute, S gradient sum, B backward of `layer`."""
 
     op: str
     layer: int
@@ -68,7 +68,7 @@ class _Builder:
         self.steps: list[Step] = []
         self.version = [0] * len(graph)
         self.next_version = 1
-        self.has_grad: set[int] = set()
+        self.grads: dict[int, list[TensorKey]] = {}  # gradient contributions per layer
 
     def a(self, layer: int) -> TensorKey:
         return ("A", layer, self.version[layer])
@@ -80,13 +80,30 @@ class _Builder:
             self.next_version += 1
         self.steps.append(Step(op, layer, (self.a(layer),), uses))
 
+    def new_key(self, kind: str, layer: int) -> TensorKey:
+        self.next_version += 1
+        return (kind, layer, self.next_version)
+
+    def gradient(self, layer: int) -> list[TensorKey]:
+        """The gradient of `layer`'s output; several contributions (a fork) are summed first.
+
+        TensorFlow's tape keeps every contribution until the producing op's turn, then AddN
+        allocates their sum: contributions and sum are live together for that moment.
+        """
+        parts = list(dict.fromkeys(self.grads.get(layer, [])))
+        if len(parts) <= 1:
+            return parts
+        total = self.new_key("G", layer)
+        self.steps.append(Step("S", layer, (total,), tuple(parts)))
+        return [total]
+
     def backward(self, layer: int) -> None:
         node = self.g.nodes[layer]
         if node.kind == "input":
             return
         needs_in, needs_out = BACKWARD_NEEDS[node.kind]
         parents = tuple(dict.fromkeys(self.g.input_ids[layer]))
-        uses: list[TensorKey] = [("G", layer, 0)] if layer in self.has_grad else []
+        uses: list[TensorKey] = self.gradient(layer)
         if needs_in:
             uses += [self.a(p) for p in parents]
         if needs_out:
@@ -95,8 +112,13 @@ class _Builder:
         for p in parents:
             if self.g.nodes[p].kind == "input":
                 continue
-            (uses if p in self.has_grad else defs).append(("G", p, 0))
-            self.has_grad.add(p)
+            if node.kind == "add" and uses[:1]:
+                # Add's gradient is its incoming gradient itself: no new buffer (TF's _AddGrad)
+                self.grads.setdefault(p, []).append(uses[0])
+                continue
+            key = self.new_key("G", p)
+            defs.append(key)
+            self.grads.setdefault(p, []).append(key)
         self.steps.append(Step("B", layer, tuple(defs), tuple(uses)))
 
     def recompute(self, targets: set[int], layers: list[int]) -> None:
@@ -150,8 +172,10 @@ def build_route(graph: LayerGraph, segments: tuple[Segment, ...] = ()) -> Route:
     for i in range(n):
         b.forward(i)
     outs = graph.output_ids
-    b.steps.append(Step("L", outs[-1], tuple(("G", o, 0) for o in outs), tuple(b.a(o) for o in outs)))
-    b.has_grad.update(outs)
+    loss_grads = tuple(b.new_key("G", o) for o in outs)
+    b.steps.append(Step("L", outs[-1], loss_grads, tuple(b.a(o) for o in outs)))
+    for o, key in zip(outs, loss_grads):
+        b.grads[o] = [key]
     n_forward = len(b.steps)
     i = n - 1
     while i >= 0:
