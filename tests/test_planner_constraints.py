@@ -80,3 +80,13 @@ def test_class_mode_require_and_exclude_pick_the_named_devices():
     assert "n3" in chosen.chosen and "n0" not in chosen.chosen
     exact = plan(fleet, [], JOB, "energy", [Require(("n3",)), Exclude(("n0",))], mode="devices")
     assert exact.chosen_row["energy_j"] == pytest.approx(chosen.chosen_row["energy_j"])
+
+
+def test_excluded_devices_still_idle_when_idle_power_counts():
+    fleet = [DeviceMeasurement(f"n{i}", 2.0, 7.0, 2.0, class_key="nano") for i in range(3)]
+    fleet.append(DeviceMeasurement("srv", 20.0, 200.0, 60.0))
+    job = JobSpec(total_steps=1000, idle_power_counts=True)
+    exact = plan(fleet, [], job, "energy", [Exclude(("srv",))], mode="devices")
+    grouped = plan(fleet, [], job, "energy", [Exclude(("srv",))], mode="classes")
+    assert grouped.chosen_row["power_w"] == pytest.approx(exact.chosen_row["power_w"])
+    assert grouped.chosen_row["energy_j"] == pytest.approx(exact.chosen_row["energy_j"])

@@ -29,6 +29,8 @@ class Units:
     idle_power_w: np.ndarray
     memory_fits: np.ndarray                 # bool
     is_classes: bool
+    outside_idle_w: float = 0.0             # idle power of fleet devices left out of the units
+                                            # (excluded ones), counted when idle power counts
 
     @property
     def counts(self) -> np.ndarray:

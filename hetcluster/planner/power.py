@@ -76,6 +76,6 @@ class PowerModel:
         members = np.where(n > 1, members * self.multi_factor, members)
         total = members
         if idle_power_counts:
-            total = members + (units.counts @ units.idle_power_w - weights @ units.idle_power_w)
+            total = members + (units.counts @ units.idle_power_w + units.outside_idle_w - weights @ units.idle_power_w)
         rel = np.where(n > 1, self.model_std * members / np.maximum(total, 1e-300), 0.0)
         return total, rel

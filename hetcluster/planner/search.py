@@ -20,6 +20,7 @@ check the search and the class enumeration against exhaustive device enumeration
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,8 @@ def plan(
     excluded = {n for c in constraints if isinstance(c, Exclude) for n in c.names}
     _check_names(devices, required + tuple(excluded))
     kept = tuple(d for d in devices if d.name not in excluded)
-    units = class_units(kept, first=required)
+    units = replace(class_units(kept, first=required),
+                    outside_idle_w=float(sum(d.idle_power_w for d in devices if d.name in excluded)))
     total = count_class_configurations(units.counts)
     if not search and total <= max_table_rows:
         configs = class_configurations(units.counts)
