@@ -5,7 +5,8 @@ classes of identical devices; when the Π(c_k+1)−1 count vectors still fit in 
 enumerated, otherwise (e.g. 1000 devices in 12 classes) a pattern search over count vectors runs:
 
   1. starts: every class alone at full count, all devices, and greedy prefixes of the classes
-     ordered by energy per step (busy power / throughput) — the shape energy-optimal sets take;
+     ordered by energy per step (the shape energy-optimal sets take), by speed and by power;
+     the six best starts are searched from;
   2. from the best starts, moves k_c ± δ_c and pairwise exchanges (+δ on one class, −δ on
      another) are evaluated in one vectorised batch; the best improving move is taken until none
      improves, then δ is halved down to one device;
@@ -120,7 +121,7 @@ def _better(a: np.ndarray, b: np.ndarray) -> bool:
     return (a[0], a[1]) < (b[0] - 1e-12, b[1]) or (abs(a[0] - b[0]) <= 1e-12 and a[1] < b[1] * (1 - 1e-12))
 
 
-def search_counts(models, units: Units, objective: Objective, constraints, required=(), starts: int = 3) -> np.ndarray:
+def search_counts(models, units: Units, objective: Objective, constraints, required=(), starts: int = 6) -> np.ndarray:
     """Pattern search over count vectors; returns every distinct vector it evaluated."""
     m = units.size
     upper = np.where(units.memory_fits, units.counts, 0).astype(np.int64)
@@ -142,12 +143,17 @@ def search_counts(models, units: Units, objective: Objective, constraints, requi
         k = lower.copy()
         k[c] = upper[c]
         seeds.append(k)
-    efficiency = units.busy_power_w / units.rate_steps_per_s
-    prefix = lower.copy()
-    for c in np.argsort(efficiency):
-        prefix = prefix.copy()
-        prefix[c] = upper[c]
-        seeds.append(prefix)
+    rankings = (
+        units.busy_power_w / units.rate_steps_per_s,   # energy per step (energy, EDP)
+        -units.rate_steps_per_s,                        # fastest first (time)
+        units.busy_power_w,                             # lowest power first (power caps)
+    )
+    for ranking in rankings:
+        prefix = lower.copy()
+        for c in np.argsort(ranking, kind="stable"):
+            prefix = prefix.copy()
+            prefix[c] = upper[c]
+            seeds.append(prefix)
     seeds = clip(np.unique(np.array(seeds), axis=0))
     seed_scores = scorer.score(seeds)
     order = np.lexsort((seed_scores[:, 1], seed_scores[:, 0]))[:starts]
