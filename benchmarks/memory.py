@@ -8,8 +8,9 @@ Prints, with predicted against measured peaks for every run:
 Measurement: `tf.config.experimental.get_memory_info('CPU:0')['peak']` (TensorFlow's CPU allocator
 statistics, available on this TF 2.20 build) after `reset_memory_stats`, one fresh subprocess per
 configuration so nothing else lives in the allocator; the peak is absolute (weights, optimizer
-slots and the batch included), which is what the plan predicts. Step times: the fastest of a few steps
-(the least disturbed on a shared machine) after a warm-up step (which traces and creates the optimizer slots), same machine, back to back.
+slots and the batch included), which is what the plan predicts. Step times: the fastest of a few
+steps after a warm-up step (which traces and creates the optimizer slots), as wall clock and as
+process CPU time — the sturdier figure when other work shares the cores.
 
 Usage: .venv/bin/python benchmarks/memory.py            (about 10 minutes on 2 shared cores)
 """
@@ -100,15 +101,16 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             return loss
         prediction = plan.liveness_peak_bytes
     step(x, y).numpy()
-    times, peaks = [], []
+    times, cpu_times, peaks = [], [], []
     resident = tf.config.experimental.get_memory_info("CPU:0")["current"]
     for _ in range(spec.get("steps", 2)):
         tf.config.experimental.reset_memory_stats("CPU:0")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step(x, y).numpy()
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
         peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
-    return {"measured_peak_bytes": max(peaks), "resident_bytes": resident, "step_s": min(times),
+    return {"measured_peak_bytes": max(peaks), "resident_bytes": resident, "step_s": min(times), "step_cpu_s": min(cpu_times),
             "predicted_peak_bytes": prediction, "technique": plan.technique if spec["scheduled"] else "plain",
             "predicted_slowdown": plan.predicted_slowdown if spec["scheduled"] else 0.0,
             "baseline_peak_bytes": plan.baseline_peak_bytes}
@@ -128,7 +130,8 @@ def run(label: str, spec: dict[str, Any]) -> dict[str, Any]:
     RUNS.append((label, spec, result))
     err = result["predicted_peak_bytes"] / result["measured_peak_bytes"] - 1
     print(f"  {label:<44} measured {result['measured_peak_bytes'] / MIB:8.1f} MiB  predicted "
-          f"{result['predicted_peak_bytes'] / MIB:8.1f} MiB ({err:+.1%})  step {result['step_s']:.2f} s  "
+          f"{result['predicted_peak_bytes'] / MIB:8.1f} MiB ({err:+.1%})  step {result['step_s']:.2f} s "
+          f"(CPU {result['step_cpu_s']:.2f} s)  "
           f"[{result['technique']}]", flush=True)
     return result
 
@@ -183,7 +186,8 @@ def main() -> None:
         act_ours = ours["measured_peak_bytes"] - ours["resident_bytes"]
         print(f"  {hw}x{hw}: peak ratio {ours['measured_peak_bytes'] / plain['measured_peak_bytes']:.2f} "
               f"(whole allocator); {act_ours / act_plain:.2f} above the resident weights, slots and batch; "
-              f"step time {ours['step_s'] / plain['step_s'] - 1:+.0%} (predicted {ours['predicted_slowdown']:+.0%}); "
+              f"step time {ours['step_s'] / plain['step_s'] - 1:+.0%} wall, "
+              f"{ours['step_cpu_s'] / plain['step_cpu_s'] - 1:+.0%} CPU (predicted {ours['predicted_slowdown']:+.0%}); "
               f"vs the naive everything-kept baseline (predicted {ours['baseline_peak_bytes'] / MIB:.0f} MiB): "
               f"{ours['measured_peak_bytes'] / ours['baseline_peak_bytes']:.2f}")
         if hw == 64:  # the least intrusive plan for a budget of 3/4 of plain's measured peak
@@ -191,7 +195,8 @@ def main() -> None:
             mid = run(f"resnet50 {hw}x{hw} budget {budget / MIB:.0f} MiB", {**base, "scheduled": True, "budget": budget})
             print(f"  {hw}x{hw}, budget {budget / MIB:.0f} MiB: peak ratio "
                   f"{mid['measured_peak_bytes'] / plain['measured_peak_bytes']:.2f}, step time "
-                  f"{mid['step_s'] / plain['step_s'] - 1:+.0%} (predicted {mid['predicted_slowdown']:+.0%})")
+                  f"{mid['step_s'] / plain['step_s'] - 1:+.0%} wall, {mid['step_cpu_s'] / plain['step_cpu_s'] - 1:+.0%} CPU "
+                  f"(predicted {mid['predicted_slowdown']:+.0%})")
 
     print("2) Largest batch under a fixed budget (measured peak must stay under it)")
     for model_name, hw, budget in (("resnet50", 64, 640 * MIB), ("vgg16", 32, 600 * MIB)):
