@@ -88,7 +88,7 @@ def test_search_on_distinct_devices_is_near_brute_force():
     for seed in range(8):
         rng = np.random.default_rng(1000 + seed)
         devices = [DeviceMeasurement(f"d{i}", float(rng.uniform(0.5, 20)), float(rng.uniform(5, 150)),
-                                     float(rng.uniform(1, 5))) for i in range(12)]
+                                     float(rng.uniform(1, 5))) for i in range(10)]
         names = [d.name for d in devices]
         demand = lambda sub: sum(d.steps_per_s for d in devices if d.name in sub)  # noqa: E731
         runs = [Run(tuple(names), 100, 1.0, demand(names) * 0.6, 500.0),

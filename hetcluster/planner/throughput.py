@@ -87,11 +87,17 @@ def utilisation(W: np.ndarray, rate: np.ndarray, model: Contention) -> np.ndarra
     """u_i = x_i/r_i for each configuration row and unit (rows × units)."""
     if model.service_s <= 0.0:
         return np.ones_like(W)
+    return _utilisation_rows(W, rate, model.family, np.full(W.shape[0], model.service_s), model.per_worker)
+
+
+def _utilisation_rows(W: np.ndarray, rate: np.ndarray, family: str, service_s: np.ndarray, per_worker) -> np.ndarray:
+    """utilisation() with a service time (and κ) per row, so a whole parameter grid is one call."""
     n = W.sum(axis=1)
-    s_n = model.service_for(n)
-    if model.family == "waterfill":
-        return np.minimum(1.0, _waterfill_level(W, rate, 1.0 / s_n)[:, None] / rate[None, :])
-    shift = s_n - model.service_s
+    s_n = service_s * (1.0 + per_worker * np.maximum(n - 1.0, 0.0))
+    if family == "waterfill":
+        capacity = np.divide(1.0, s_n, out=np.full_like(s_n, np.inf), where=s_n > 0)
+        return np.minimum(1.0, _waterfill_level(W, rate, capacity)[:, None] / rate[None, :])
+    shift = s_n - service_s
     z = 1.0 / rate[None, :] + shift[:, None]
     return (1.0 / rate[None, :]) / (z + _solve_waits(W, rate, s_n, shift))
 
@@ -241,45 +247,48 @@ class _RunData:
         return _RunData(self.weights[rows], self.measured[rows], remap[self.dev_rows[dev]], self.dev_units[dev], self.dev_rates[dev])
 
 
-def _loss(data: _RunData, units: Units, model: Contention) -> float:
-    U = utilisation(data.weights, units.rate_steps_per_s, model)
-    pred = (data.weights * U) @ units.rate_steps_per_s
-    err = float(np.sum((np.log(pred) - np.log(data.measured)) ** 2))
+def _grid_losses(data: _RunData, units: Units, family: str, service_s: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
+    """Fit loss for each (s, κ) pair at once: squared log-errors of every run's throughput plus,
+    weighted 1/2 and averaged, of every recorded per-device throughput."""
+    runs = len(data.measured)
+    rate = units.rate_steps_per_s
+    W = np.tile(data.weights, (service_s.size, 1))
+    U = _utilisation_rows(W, rate, family, np.repeat(service_s, runs), np.repeat(per_worker, runs))
+    pred = ((W * U) @ rate).reshape(service_s.size, runs)
+    loss = np.sum((np.log(pred) - np.log(data.measured)[None, :]) ** 2, axis=1)
     if data.dev_rows.size:
-        x_pred = U[data.dev_rows, data.dev_units] * units.rate_steps_per_s[data.dev_units]
-        err += 0.5 * float(np.mean((np.log(x_pred) - np.log(data.dev_rates)) ** 2)) * len(data.measured)
-    return err
+        rows = np.arange(service_s.size)[:, None] * runs + data.dev_rows[None, :]
+        x_pred = U[rows, data.dev_units[None, :]] * rate[data.dev_units][None, :]
+        loss += 0.5 * np.mean((np.log(x_pred) - np.log(data.dev_rates)[None, :]) ** 2, axis=1) * runs
+    return loss
 
 
 def _fit_variant(data: _RunData, units: Units, family: str, with_kappa: bool) -> Contention:
-    """Least-squares (s, κ) for one family: a log grid on s for each κ, then golden refinement."""
+    """Least-squares (s, κ) for one family: a log grid on s × the κ grid, then two finer grids on
+    s around the best point (each grid is one vectorised evaluation)."""
     if len(data.measured) == 0:
         return Contention(family)
     s_max = 1.0 / float(units.rate_steps_per_s.max())
     s_grid = np.concatenate([[0.0], s_max * np.logspace(-3, 0, 37)])
-    best = (np.inf, Contention(family))
-    for kappa in (KAPPA_GRID if with_kappa else (0.0,)):
-        for s in s_grid:
-            model = Contention(family, float(s), kappa)
-            loss = _loss(data, units, model)
-            if loss < best[0]:
-                best = (loss, model)
-    loss_best, model = best
-    if model.service_s <= 0:
-        return model
-    i = int(np.searchsorted(s_grid, model.service_s))
+    kappas = np.array(KAPPA_GRID if with_kappa else (0.0,))
+    S, K = np.meshgrid(s_grid, kappas, indexing="ij")
+    losses = _grid_losses(data, units, family, S.ravel(), K.ravel())
+    best = int(np.argmin(losses))
+    s_best, kappa = float(S.ravel()[best]), float(K.ravel()[best])
+    if s_best <= 0:
+        return Contention(family, 0.0, kappa)
+    i = int(np.searchsorted(s_grid, s_best))
     lo, hi = s_grid[max(i - 1, 0)], s_grid[min(i + 1, s_grid.size - 1)]
-    phi = (np.sqrt(5.0) - 1.0) / 2.0
-    f = lambda s: _loss(data, units, Contention(family, float(s), model.per_worker))  # noqa: E731
-    a, b = lo, hi
-    for _ in range(25):
-        c, d = b - phi * (b - a), a + phi * (b - a)
-        if f(c) < f(d):
-            b = d
-        else:
-            a = c
-    refined = Contention(family, float(0.5 * (a + b)), model.per_worker)
-    return refined if _loss(data, units, refined) <= loss_best else model
+    loss_best = float(losses[best])
+    for _ in range(2):
+        fine = np.linspace(lo, hi, 25)
+        fine_losses = _grid_losses(data, units, family, fine, np.full(fine.size, kappa))
+        j = int(np.argmin(fine_losses))
+        if fine_losses[j] < loss_best:
+            s_best, loss_best = float(fine[j]), float(fine_losses[j])
+        step = (hi - lo) / 24
+        lo, hi = max(s_best - step, 0.0), s_best + step
+    return Contention(family, s_best, kappa)
 
 
 VARIANTS = (("queue", False), ("waterfill", False), ("queue", True), ("waterfill", True))
