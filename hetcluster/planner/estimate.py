@@ -183,6 +183,9 @@ def estimate(
     else:
         units = models.throughput.units(classes=False)
         configs = enumerate_configurations(units.size)
+        # by size, so each solve chunk packs rows of one or two sizes (the table is re-sorted
+        # by the objective anyway; `mask` keeps each row's identity)
+        configs = configs[np.argsort(np.bitwise_count(configs), kind="stable")]
     columns = evaluate(models, units, configs)
     log.debug("estimated %d configurations (%s)", len(configs), "classes" if classes else "devices")
     return table_from(units, configs, columns)

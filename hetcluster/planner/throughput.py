@@ -94,28 +94,32 @@ def _utilisation_rows(W: np.ndarray, rate: np.ndarray, family: str, service_s: n
     """utilisation() with a service time (and κ) per row, so a whole parameter grid is one call."""
     n = W.sum(axis=1)
     s_n = service_s * (1.0 + per_worker * np.maximum(n - 1.0, 0.0))
+    rate_m = rate if rate.ndim == 2 else rate[None, :]
     if family == "waterfill":
         capacity = np.divide(1.0, s_n, out=np.full_like(s_n, np.inf), where=s_n > 0)
-        return np.minimum(1.0, _waterfill_level(W, rate, capacity)[:, None] / rate[None, :])
-    shift = s_n - service_s
-    z = 1.0 / rate[None, :] + shift[:, None]
-    return (1.0 / rate[None, :]) / (z + _solve_waits(W, rate, s_n, shift))
+        return np.minimum(1.0, _waterfill_level(W, rate, capacity)[:, None] / rate_m)
+    z = 1.0 / rate_m + (s_n - service_s)[:, None]
+    return (1.0 / rate_m) / (z + _solve_waits(W, z, s_n))
 
 
 def _waterfill_level(W: np.ndarray, rate: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """θ with Σ W_i·min(r_i, θ) = capacity (inf where Σ W_i r_i ≤ capacity).
 
     θ = max_j (C − Σ_{k<j} W_k r_k)/Σ_{k≥j} W_k over units sorted by rate: each term bounds θ
-    from below and the right split attains it. Works on the transposed (units × rows) layout,
-    where the cumulative sums run over contiguous rows.
+    from below and the right split attains it. `rate` is one vector for all rows, or a
+    (rows × k) matrix already sorted ascending along each row (packed members). Works on the
+    transposed (units × rows) layout, where the running sums are contiguous vector adds.
     """
-    order = np.argsort(rate)
-    Wt = np.ascontiguousarray(W[:, order].T)
-    rs = rate[order]
+    if rate.ndim == 1:
+        order = np.argsort(rate)
+        Wt = np.ascontiguousarray(W[:, order].T)
+        rs = rate[order][:, None]
+    else:
+        Wt, rs = np.ascontiguousarray(W.T), np.ascontiguousarray(rate.T)
     before = np.zeros(W.shape[0])                 # Σ_{k<j} W_k r_k
     suffix = Wt.sum(axis=0)                       # Σ_{k≥j} W_k
     theta = np.full(W.shape[0], -np.inf)
-    for j in range(rs.size):  # a loop over units: np.cumsum along the short axis is 10× slower
+    for j in range(Wt.shape[0]):  # a loop over units: np.cumsum along the short axis is 10× slower
         # past the last member suffix = 0 and C − Σr < 0 (contended rows), so the level is
         # negative there and never the maximum; uncontended rows are set to inf below
         np.maximum(theta, (capacity - before) / np.maximum(suffix, 0.5), out=theta)
@@ -148,7 +152,7 @@ def _occupancy_terms(W, z, s, Q):
     return w, occupancy, slope
 
 
-def _solve_waits(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarray) -> np.ndarray:
+def _solve_waits(W: np.ndarray, z: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Per-worker queue waits w_i (rows × units) from the Bard–Schweitzer fixed point.
 
     Worker i waits behind the others' occupancy of the server, w_i = s·(Q − Q_i), with
@@ -158,7 +162,7 @@ def _solve_waits(W: np.ndarray, rate: np.ndarray, s: np.ndarray, shift: np.ndarr
     float32 for all rows at once, then polished by one float64 step.
     """
     n = W.sum(axis=1)
-    z = 1.0 / rate[None, :] + shift[:, None]
+    z = np.broadcast_to(z, W.shape)
     f32 = np.float32
     W32, z32, s32 = W.astype(f32), z.astype(f32), s.astype(f32)
     Q32 = n.astype(f32)
@@ -194,15 +198,37 @@ def solve(weights: np.ndarray, units: Units, model, util_weights: np.ndarray | N
     sigma2 = units.rate_std_steps_per_s ** 2
     rows = weights.shape[0]
     total, wutil, mvar = (np.empty(rows) for _ in range(3))
+    by_rate = np.argsort(rate, kind="stable")
     for start in range(0, rows, CHUNK_ROWS):
         sl = slice(start, start + CHUNK_ROWS)
         W = np.asarray(weights[sl], dtype=np.float64)
+        if model.service_s > 0 and not units.is_classes:
+            total[sl], wutil[sl], mvar[sl] = _solve_packed(W, by_rate, rate, g, sigma2, model)
+            continue
         U = utilisation(W, rate, model)
         WU = W * U
         total[sl] = WU @ rate
         wutil[sl] = WU @ g
         mvar[sl] = (WU * U) @ sigma2
     return QueuePrediction(total, wutil, mvar)
+
+
+def _solve_packed(W, by_rate, rate, g, sigma2, model: Contention):
+    """solve() for 0/1 rows, on members only: rows with k members become (rows × k) matrices of
+    their own rates (in rate order), so no work is spent on absent devices (half the matrix on
+    average). estimate() orders configurations by size, so a chunk holds one or two sizes."""
+    total, wutil, mvar = (np.empty(W.shape[0]) for _ in range(3))
+    sizes = W.sum(axis=1).astype(np.int64)
+    for k in np.unique(sizes):
+        rows = np.flatnonzero(sizes == k)
+        members = by_rate[np.nonzero(W[rows][:, by_rate])[1].reshape(rows.size, k)]
+        packed_rate = rate[members]
+        U = _utilisation_rows(np.ones((rows.size, k)), packed_rate, model.family,
+                              np.full(rows.size, model.service_s), model.per_worker)
+        total[rows] = np.einsum("ij,ij->i", U, packed_rate)
+        wutil[rows] = np.einsum("ij,ij->i", U, g[members])
+        mvar[rows] = np.einsum("ij,ij->i", U * U, sigma2[members])
+    return total, wutil, mvar
 
 
 def residual_features(weights: np.ndarray, units: Units) -> np.ndarray:
