@@ -207,3 +207,17 @@ def test_planning_half_does_not_import_tensorflow() -> None:
             "hetcluster.memory.cost, hetcluster.memory.budget, hetcluster.memory.planning_utils, "
             "hetcluster.cli.cmd_memplan; assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_memory_fit_gives_the_plans_verdict_and_scales_the_batch() -> None:
+    from hetcluster.memory.fit import memory_fit
+
+    g = residual()
+    roomy = memory_fit(g, 1, 10**9)
+    assert roomy[0] is True and roomy[2] == 0.0
+    plan = plan_for_budget(g, roomy[1] - 1, overheads=Overheads())
+    assert memory_fit(g, 1, roomy[1] - 1) == (plan.fits, plan.predicted_peak_bytes, plan.predicted_slowdown)
+    # a larger batch needs more memory: the same budget no longer fits without recomputation
+    fits, peak, slowdown = memory_fit(g, 4, roomy[1])
+    assert peak <= roomy[1] if fits else peak > roomy[1]
+    assert not fits or slowdown > 0
