@@ -218,10 +218,12 @@ def _solve_packed(W, by_rate, rate, g, sigma2, model: Contention):
     their own rates (in rate order), so no work is spent on absent devices (half the matrix on
     average). estimate() orders configurations by size, so a chunk holds one or two sizes."""
     total, wutil, mvar = (np.empty(W.shape[0]) for _ in range(3))
-    sizes = W.sum(axis=1).astype(np.int64)
+    present = W[:, by_rate] > 0
+    sizes = present.sum(axis=1)
     for k in np.unique(sizes):
         rows = np.flatnonzero(sizes == k)
-        members = by_rate[np.nonzero(W[rows][:, by_rate])[1].reshape(rows.size, k)]
+        # flat positions of the members, row-major: each row's k members in rate order
+        members = by_rate[(np.flatnonzero(present[rows]) % W.shape[1]).reshape(rows.size, k)]
         packed_rate = rate[members]
         U = _utilisation_rows(np.ones((rows.size, k)), packed_rate, model.family,
                               np.full(rows.size, model.service_s), model.per_worker)
