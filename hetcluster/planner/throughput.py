@@ -31,7 +31,7 @@ a BIC-like score over all aggregate and per-device observations (n·log(SSE/n) +
 when there are fewer than two runs) — with only a handful of runs, leave-one-out over the runs
 was too noisy to tell the families apart, while the per-device slowdowns separate them well.
 When several variants are plausible, predictions are their BIC-weighted average (weights
-exp(−ΔBIC/2), those under 0.02 dropped): a soft knee where the runs cannot tell a hard capacity
+exp(−ΔBIC/2), those under 0.05 dropped): a soft knee where the runs cannot tell a hard capacity
 from a queue, and per-worker overhead only in proportion to the evidence for it. With at least three multi-device runs, a ridge regression
 (scikit-learn) on the log-residual log(R_meas/R_model), with features that vanish for one worker
 [log n, log(Σr/max r), 1 − min r/max r], corrects what the family misses; it is kept only when
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 CHUNK_ROWS = 1 << 12
 PRIOR_MODEL_STD = 0.15
 MIN_RUNS_FOR_REGRESSION = 3
-MIXTURE_MIN_WEIGHT = 0.02
+MIXTURE_MIN_WEIGHT = 0.05
 FIT_ON_CLASSES_ABOVE = 20
 KAPPA_GRID = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
