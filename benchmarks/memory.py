@@ -160,15 +160,25 @@ def predicted_largest_batch(model_name: str, hw: int, budget: int, scheduled: bo
     return largest(1, 4096, fits)
 
 
-def verified(label: str, spec: dict[str, Any], key: str, budget: int, shrink) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """Measure; while the measured peak is over the budget, shrink `key` and measure again (4 tries)."""
-    for attempt in range(4):
+def verified(label: str, spec: dict[str, Any], key: str, budget: int, shrink, grow) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The largest measured `key` under the budget, starting from the predicted one.
+
+    Over the budget: shrink and measure again (up to 3 times). Under it: grow and measure again
+    while it stays under (up to 2 times), so a pessimistic prediction does not shortchange plain TF.
+    """
+    best = None
+    for attempt in range(5):
         result = {**run(f"{label} {key}={spec[key]}", spec), key: spec[key]}
-        if result["measured_peak_bytes"] <= budget or spec[key] <= 1:
-            return result
-        if attempt < 3:
+        if result["measured_peak_bytes"] <= budget:
+            best = result
+            if attempt >= 2 or grow(spec[key]) == spec[key]:
+                break
+            spec = {**spec, key: grow(spec[key])}
+        elif best is not None or spec[key] <= 1 or attempt >= 3:
+            break
+        else:
             spec = {**spec, key: shrink(spec[key])}
-    return {**result, "over_budget": True}
+    return best if best is not None else {**result, "over_budget": True}
 
 
 def _over(result: dict[str, Any]) -> str:
@@ -205,7 +215,7 @@ def main() -> None:
             batch = predicted_largest_batch(model_name, hw, budget, scheduled)
             spec = {"model": model_name, "hw": hw, "batch": batch, "scheduled": scheduled, "budget": budget, "steps": 1}
             found[scheduled] = verified(f"{model_name} {'ours' if scheduled else 'plain'}", spec, "batch", budget,
-                                        lambda b: max(1, int(b * 0.9)))
+                                        lambda b: max(1, int(b * 0.9)), lambda b: int(b * 1.08) + 1)
         print(f"  {model_name} {hw}x{hw} under {budget / MIB:.0f} MiB: plain batch {found[False]['batch']}, "
               f"ours {found[True]['batch']} ({found[True]['batch'] / found[False]['batch']:.2f}x)")
 
@@ -226,7 +236,8 @@ def main() -> None:
         n = largest(lo, cap, lambda k: fits_depth(k, scheduled))
         spec = {"model": "deep_resnet", "n": n, "batch": 32, "scheduled": scheduled, "budget": budget, "steps": 1}
         depth[scheduled] = verified(f"resnet {'ours' if scheduled else 'plain'}", spec, "n", budget,
-                                    lambda k: max(1, k - max(1, k // 10)))
+                                    lambda k: max(1, k - max(1, k // 10)),
+                                    lambda k: min(cap, k + max(1, k // 10)))
     dp, do = 6 * depth[False]["n"] + 2, 6 * depth[True]["n"] + 2
     capped = " (the search cap: at least this deep)" if depth[True]["n"] == cap else ""
     print(f"  under {budget / MIB:.0f} MiB: plain ResNet-{dp}{_over(depth[False])}, ours ResNet-{do}{capped}"
