@@ -29,12 +29,13 @@ class Objective:
         `resolve_top` positions (that is where the choice and the shown rows are), at most
         `resolve_top` rows of each, so a capacity plateau of 10^5 rows costs no full lexsort."""
         values = self.values(table)
-        quantised = np.round(np.log(np.maximum(values, 1e-300)), 9)  # relative 1e-9 steps
-        order = np.argsort(quantised, kind="stable")
+        order = np.argsort(values)  # quicksort: 3× faster than stable; ties are resolved below
         if values.size < 2:
             return order
-        ranked = quantised[order]
-        starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]]))
+        ranked = values[order]
+        # a new tie group starts where the next value is more than 1e-9 (relative) larger
+        gap = ranked[1:] - ranked[:-1] > 1e-9 * np.abs(ranked[1:])
+        starts = np.flatnonzero(np.concatenate([[True], gap]))
         ends = np.append(starts[1:], ranked.size)
         if self.name == "time" and "demand_steps_per_s" in table.columns:
             tie = -table["demand_steps_per_s"].to_numpy(dtype=np.float64)
