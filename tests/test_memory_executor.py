@@ -166,3 +166,15 @@ def test_nested_model_gradients_equal() -> None:
     _, plain = _keras_grads(model, x, y)
     _, sched = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), _plan(model, "sqrt")).gradients(x, y)
     assert _rel_err(plain, sched) <= 1e-5
+
+
+def test_random_layers_that_cannot_be_replayed_are_refused() -> None:
+    inputs = keras.Input(shape=(8,), name="x")
+    h = keras.layers.Dense(8, name="d1")(inputs)
+    h = keras.layers.GaussianNoise(0.1, name="noise")(h)
+    outputs = keras.layers.Dense(3, name="d2")(h)
+    model = keras.Model(inputs, outputs)
+    base = plan_for_budget(extract_graph(model, BATCH), 10**12)
+    plan = MemoryPlan(**{**base.__dict__, "segments": (PlannedSegment(("noise", "d2"), "speed"),)})
+    with pytest.raises(MemoryPlanError, match="GaussianNoise"):
+        build_train_step(model, LOSS, keras.optimizers.SGD(0.1), plan)

@@ -66,6 +66,17 @@ def _frozen_statistics(layer: Any) -> Iterator[None]:
         del layer._assign_new_value
 
 
+_UNREPLAYABLE = ("GaussianNoise", "GaussianDropout", "AlphaDropout")
+
+
+def _check_replayable(layer: Any) -> None:
+    """Random layers other than Dropout would draw new noise when recomputed: refuse them."""
+    name = type(layer).__name__
+    if name in _UNREPLAYABLE or name.startswith("Random"):
+        raise MemoryPlanError(f"Layer {layer.name!r} ({name}) draws random numbers the recomputation cannot replay.",
+                              hint="use Dropout, or plan with a budget that leaves this layer outside recompute segments.")
+
+
 def _zeros_for(t: Any) -> Any:
     """Zeros shaped like `t` without reading `t` (a ZerosLike op would keep `t` alive)."""
     if t.shape.is_fully_defined():
@@ -94,6 +105,8 @@ class ScheduledTrainStep:
                 raise MemoryPlanError("A plan segment is not a contiguous run of the model's layers.",
                                       hint="plan for this very model.")
             self.segments[idx[0]] = (idx, seg.mode)
+            for i in idx:
+                _check_replayable(self.flat.ops[i].layer)
         if offload is None:
             offload = bool(tf.config.list_physical_devices("GPU"))
         produced = {oid: i for i, op in enumerate(self.flat.ops) for oid in op.output_ids}
