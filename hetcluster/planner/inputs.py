@@ -98,9 +98,10 @@ def validate_inputs(
     runs: tuple[RunMeasurement, ...] | list[RunMeasurement],
     job: JobSpec,
 ) -> None:
-    """Reject device and job inputs the model cannot use, with a message naming the device.
+    """Reject inputs the model cannot use, with a message naming the device or run.
 
-    Runs are not validated here: usable_runs() filters them."""
+    Strict about runs too (for callers checking a profile); the planner itself passes no runs
+    here and lets usable_runs() drop unusable ones with a warning instead."""
     fix = "re-run pre-training (`hetcluster profile`) or fix the profile file."
     if not devices:
         raise PlanningError("No device measurements were given.", hint="profile at least one device.")
@@ -114,6 +115,14 @@ def validate_inputs(
         _nonnegative_finite(d.idle_power_w, f"idle_power_w of device {d.name!r}", fix)
         _nonnegative_finite(d.steps_per_s_std, f"steps_per_s_std of device {d.name!r}", fix)
         _positive_finite(d.memory_slowdown, f"memory_slowdown of device {d.name!r}", fix)
+    kept = usable_runs(devices, runs)
+    if len(kept) != len(tuple(runs)):
+        bad = [r for r in runs if r not in kept]
+        raise PlanningError(
+            f"Run of {'+'.join(bad[0].devices) or '(no devices)'} is unusable: it names unmeasured devices, "
+            f"repeats a device, or has no throughput or power.",
+            hint="measure every device alone before multi-device runs, or drop the run.",
+        )
     if int(job.total_steps) <= 0:
         raise PlanningError(f"total_steps must be positive, got {job.total_steps}.", hint="pass --total-steps N with N > 0.")
     _nonnegative_finite(job.pretrain_time_s, "pretrain_time_s", fix)
