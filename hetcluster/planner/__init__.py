@@ -4,7 +4,7 @@ scikit-learn loaded lazily; never grpc or tensorflow).
 Pipeline (estimate → solve → evaluate, each a pure function of named data):
 
     DeviceMeasurement, RunMeasurement, JobSpec  (inputs.py, filled by pre-training)
-      → FittedModels.fit: ThroughputModel (throughput.py) + PowerModel (power.py)
+      → FittedModels.fit: ThroughputModel (throughput.py, contention.py, calibration.py) + PowerModel (power.py)
       → estimate(): one DataFrame row per configuration (estimate.py)
       → choose(table, objective, constraints) → Plan (choose.py); pareto_front(table)
     plan() runs the whole pipeline and switches to classes / count-vector search for big fleets
@@ -17,16 +17,19 @@ memory plan's step-time multiplier), busy power P_i and idle power p_i.
 
 Throughput (asynchronous parameter server: every worker pulls variables, computes, pushes
 gradients at its own pace, so fast workers take more steps; they all share the parameter server,
-the coordinator and the links). Each step of worker i costs its solo cycle 1/r_i, which contains
-one exclusive visit of s seconds to the shared resource, plus a queueing wait w(S):
+the coordinator and the links). A step costs s seconds of the shared resource, s(n) =
+s·(1 + κ(n − 1)) with n workers, capacity C(n) = 1/s(n). Two families (contention.py):
 
-    x_i(S) = 1/(1/r_i + w(S)),   R(S) = Σ_{i∈S} x_i(S),
-    w(S) = s·a·ρ/(1 − a·ρ),  ρ = s·R(S),  a = 1 − 1/|S|     (Bard–Schweitzer closed-network MVA)
+    queue      closed queueing network, per-worker Bard–Schweitzer: cycle z_i = 1/r_i + s(n) − s,
+               wait w_i = s(n)·(Q − Q_i), Q_i = (s(n) + w_i)/(z_i + w_i), Q = Σ Q_i,
+               x_i = 1/(z_i + w_i), R(S) = Σ x_i
+    waterfill  hard capacity shared max-min fairly: x_i = min(r_i, θ), Σ x_i = min(Σ r_i, C(n))
 
-so R({i}) = r_i exactly, R ≈ Σ r_i under light load and R → C = 1/s under heavy load, with the
-fast workers slowed most. s is fitted to the measured multi-device runs (aggregate and per-device
-throughputs). A ridge regression on the log-residual corrects what the queue misses when at least
-three multi-device runs exist and leave-one-out shows it helps.
+so R({i}) = r_i exactly, R ≈ Σ r_i under light load and R → C(n) under heavy load, with the fast
+workers slowed most. s, κ and the family are fitted to the multi-device runs (aggregate and
+per-device throughputs; BIC-weighted mixture when the runs cannot tell the variants apart), and a
+ridge regression on the log-residual corrects what the family misses when at least three
+multi-device runs exist and leave-one-out shows it helps (calibration.py, throughput.py).
 
 Power: P(S) = γ·Σ_{i∈S} [p_i + (P_i − p_i)·u_i] with utilisation u_i = x_i/r_i (waiting devices
 draw less), + Σ_{i∉S} p_i when idle devices count; or Σ P_i when the runs say so; γ corrects a
