@@ -128,3 +128,4 @@ def test_data_source_validation(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         DataSource("npz", str(tmp_path / "missing.npz"))
     assert DataSource.from_dict(DataSource("npz", str(tmp_path), 3).to_dict()) == DataSource("npz", str(tmp_path), 3)
+    assert DataSource("image_folder", str(tmp_path)).kind == "folder"

@@ -62,12 +62,17 @@ def test_planner_inputs():
 @pytest.mark.parametrize("rates,expected", [
     ({"a": 1.0}, []),
     ({"a": 1.0, "b": 3.0}, [("b", "a")]),
-    ({"a": 1.0, "b": 3.0, "c": 2.0}, [("b", "c", "a"), ("b", "c"), ("b", "a")]),
-    ({"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}, [("d", "b", "c", "a"), ("d", "b"), ("d", "a")]),
+    ({"a": 1.0, "b": 3.0, "c": 2.0}, [("b", "c", "a"), ("b", "c"), ("c", "a")]),
+    ({"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}, [("d", "b", "c", "a"), ("d", "b"), ("b", "c", "a")]),
 ])
 def test_calibration_sets(rates, expected):
     assert calibration_sets(rates) == expected
     assert calibration_sets(rates, max_sets=1) == expected[:1]
+
+
+def test_calibration_sets_fill_up_with_the_fastest_and_slowest_pair():
+    rates = {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}
+    assert calibration_sets(rates, max_sets=4)[3] == ("d", "a")
 
 
 def test_checkpoint_steps_from_the_index_file(tmp_path):

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DATA_KINDS = ("synthetic", "folder", "npz", "tfrecord")
+_KIND_ALIASES = {"image_folder": "folder", "images": "folder", "tfrecords": "tfrecord"}
 _SYNTHETIC_POOL_BATCHES = 64  # at most this many distinct random batches before the stream repeats
 _SYNTHETIC_POOL_BYTES = 32 * 2**20  # ... and at most this much image memory per worker
 
@@ -47,6 +48,7 @@ class DataSource:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", _KIND_ALIASES.get(self.kind, self.kind))
         if self.kind not in DATA_KINDS:
             raise ConfigError(f"Unknown data kind {self.kind!r}.", hint=f"use one of {', '.join(DATA_KINDS)}.")
         if self.kind != "synthetic":
