@@ -28,6 +28,7 @@ from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
 from hetcluster.profiling.sets import calibration_sets
+from hetcluster.training.checkpoints import checkpoint_steps
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +115,17 @@ class _Phase:
                          learning_rate=settings.learning_rate)
         entries = [self.inventory.device(n) for n in names]
         self.on_event("run_start", {"devices": list(names), "steps": settings.steps_per_run})
-        with launch_cluster(entries, self.inventory.parameter_server_host,
-                            ready_timeout_s=settings.ready_timeout_s) as launched:
-            result = run_in_subprocess(
-                spec, launched.addresses, timeout_s=settings.run_timeout_s,
-                on_progress=lambda done, to_do, el: self.on_event("progress", {"devices": list(names), "done": done,
-                                                                               "to_do": to_do, "elapsed_s": el}))
+        try:
+            with launch_cluster(entries, self.inventory.parameter_server_host,
+                                ready_timeout_s=settings.ready_timeout_s) as launched:
+                result = run_in_subprocess(
+                    spec, launched.addresses, timeout_s=settings.run_timeout_s,
+                    on_progress=lambda done, to_do, el: self.on_event(
+                        "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
+        except HetclusterError:
+            # a failed run keeps only what its checkpoint holds
+            self.steps_total = checkpoint_steps(self.checkpoint_dir)
+            raise
         self.steps_total = result.steps_total
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
         self.energy_j += sum(self.recorders[n].energy_j(result.start_wall_s, result.end_wall_s) for n in names
@@ -148,8 +154,6 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
     Raises ProfileError when no device could be measured.
     """
     settings = settings or PretrainSettings()
-    from hetcluster.training.checkpoints import checkpoint_steps
-
     phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event)
     phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
     names = list(device_names or inventory.names)
