@@ -237,8 +237,6 @@ class _Trainer:
         coordinator's worker thread has copied it home, and copying it from a worker that dies in
         that moment would raise here instead of inside TF's failure handling (which re-runs it).
         """
-        import tensorflow as tf
-
         step = self.step_for(target)
         values = [self.coordinator.schedule(step, args=(self.iterator,)) for _ in range(count)]
         while not self.coordinator.done():
