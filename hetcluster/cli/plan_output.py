@@ -166,6 +166,10 @@ def plot_pareto(table: pd.DataFrame, chosen, path: str | Path, max_points: int =
         ax.scatter([time_s[index]], [energy_j[index]], s=120, marker="*", color="tab:red", zorder=5, label="chosen")
         ax.annotate(_devices_label(table.iloc[index], 40, "+"), (time_s[index], energy_j[index]),
                     textcoords="offset points", xytext=(8, 8), fontsize=8)
+    for values, set_scale in ((time_s, ax.set_xscale), (energy_j, ax.set_yscale)):
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size and positive.max() > 20 * positive.min():  # slow single devices squash the rest
+            set_scale("log")
     ax.set_xlabel("training time (s)")
     ax.set_ylabel("energy (J)")
     ax.set_title("time vs energy per configuration")
