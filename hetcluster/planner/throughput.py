@@ -88,7 +88,7 @@ class ThroughputModel:
         selection: dict[str, float] = {}
         choice = variant or ("queue", False)
         mixture: tuple = ()
-        if variant is None and len(multi) >= 2:
+        if variant is None and (len(multi) >= 2 or data.dev_rows.size >= 2):  # per-device data tell the families apart
             candidates = VARIANTS if len(multi) >= 3 else VARIANTS[:2]
             scored = {v: selection_score(data, units, *v) for v in candidates}
             choice = min(candidates, key=lambda v: (round(scored[v][0], 4), VARIANTS.index(v)))
