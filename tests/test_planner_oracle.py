@@ -105,3 +105,26 @@ def test_search_on_distinct_devices_is_near_brute_force():
     assert gaps.min() >= -1e-9          # never better than exhaustive: same model, same table
     assert gaps.max() < 0.01
     assert np.mean(gaps <= 1e-9) >= 0.9
+
+
+def test_large_fleets_switch_to_classes_and_search():
+    rng = np.random.default_rng(7)
+    devices = []
+    for k in range(12):
+        rate, idle = float(rng.uniform(0.5, 20)), float(rng.uniform(1, 30))
+        devices += [DeviceMeasurement(f"k{k}-{j}", rate, idle + float(rng.uniform(5, 60)), idle, class_key=f"k{k}")
+                    for j in range(84 if k < 11 else 76)]
+    assert len(devices) == 1000
+    names = [d.name for d in devices]
+    runs = (RunMeasurement(tuple(names[::7]), 100, 1.0, 0.5 * sum(d.steps_per_s for d in devices[::7]), 900.0),)
+    job = JobSpec(total_steps=100_000)
+    result = plan(devices, runs, job, "edp")
+    assert result.table.attrs["mode"] == "classes" and result.table.attrs.get("search") == "pattern"
+    assert result.table.attrs["configurations_total"] > 10 ** 20
+    row = result.chosen_row
+    assert len(row["devices"]) == row["n_workers"] and sum(int(c.split("×")[1]) for c in row["classes"]) == row["n_workers"]
+    # small enough to list: 3 classes of 10 → every count vector
+    small = [d for k in ("k0", "k1", "k2") for d in [x for x in devices if x.class_key == k][:8]]
+    listed = plan(small, (), job, "time", mode="auto")   # 24 devices > 20: classes, all listed
+    assert listed.table.attrs["mode"] == "classes" and "search" not in listed.table.attrs
+    assert len(listed.table) == 9 ** 3 - 1
