@@ -108,3 +108,18 @@ def test_trace_missing_column_is_a_clear_error(tmp_path):
     bad.write_text("devices,steps\nserver,10\n")
     with pytest.raises(ProfileError, match="lacks columns"):
         load_trace(bad)
+
+
+def test_memory_plan_slowdown_does_not_bias_the_contention_fit():
+    """Pre-training runs without memory plans: the fit must use the measured solo rates, and the
+    plan's slowdown only enter the predictions."""
+    from dataclasses import replace
+
+    devices, runs = load_trace(TRACE)
+    seen, _ = split(devices, runs)
+    plain = ThroughputModel.fit(devices, seen)
+    slowed_devices = [replace(d, memory_slowdown=2.0) if d.name == "server" else d for d in devices]
+    slowed = ThroughputModel.fit(slowed_devices, seen)
+    assert slowed.contention == plain.contention
+    server_alone, _ = slowed.predict(np.array([1]))
+    assert server_alone[0] == pytest.approx(devices[0].steps_per_s / 2.0)

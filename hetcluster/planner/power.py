@@ -23,7 +23,7 @@ import numpy as np
 
 from hetcluster.planner.fleet import Units, run_weights
 from hetcluster.planner.inputs import RunMeasurement
-from hetcluster.planner.throughput import FIT_ON_CLASSES_ABOVE, ThroughputModel
+from hetcluster.planner.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class PowerModel:
         multi = [r for r in runs if len(r.devices) > 1 and r.power_w > 0]
         if not multi:
             return cls()
-        units = throughput.units(classes=len(throughput.devices) > FIT_ON_CLASSES_ABOVE)
+        units = throughput.measured_units()
         W = run_weights(units, [r.devices for r in multi])
         measured = np.array([r.power_w for r in multi])
         best = None

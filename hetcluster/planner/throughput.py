@@ -13,7 +13,7 @@ and σ_model the leave-one-out RMS log-error of the chosen model (0.15 with fewe
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,13 +75,13 @@ class ThroughputModel:
         """Fit the contention family and parameters, and the residual regression when it helps.
 
         use_regression: None decides by leave-one-out error; True/False forces it.
-        variant: (family, with κ) forces a family (tests, ablations); None selects by leave-one-out.
+        variant: (family, with κ) forces a family (tests, ablations); None selects by the BIC-like
+        score (and averages the plausible variants).
         """
         devices = tuple(devices)
         validate_inputs(devices, (), JobSpec(total_steps=1))
         runs = list(usable_runs(devices, runs))
-        # big fleets fit on classes: the same numbers for identical devices, 12 columns not 1000
-        units = class_units(devices) if len(devices) > FIT_ON_CLASSES_ABOVE else device_units(devices)
+        units = _as_measured_units(devices)
         multi = [r for r in runs if len(r.devices) > 1]
         data = RunData.of(units, multi)
         loo: dict[str, float] = {}
@@ -102,7 +102,6 @@ class ThroughputModel:
         contention = fit_variant(data, units, *choice)
         model = cls(devices=devices, contention=contention, n_calibration_runs=len(multi), loo_errors=loo,
                     selection_scores=selection, mixture=mixture)
-        model._units["classes" if units.is_classes else "devices"] = units
         if len(multi) >= 2:
             loo[variant_name(*choice)] = loo_error(data, units, *choice, False)
         model_std = loo.get(variant_name(*choice))
@@ -120,6 +119,10 @@ class ThroughputModel:
             model.model_std, len(multi), loo, selection,
         )
         return model
+
+    def measured_units(self) -> Units:
+        """Units as pre-training measured them (no memory-plan slowdown), for fitting runs."""
+        return _as_measured_units(self.devices)
 
     def units(self, classes: bool) -> Units:
         key = "classes" if classes else "devices"
@@ -158,3 +161,11 @@ class ThroughputModel:
             raise PlanningError("Configurations must be a 1-D array of masks or a 2-D array of count vectors.")
         steps, rel, _, _ = self.predict_weights(weights, units)
         return steps, steps * rel
+
+
+def _as_measured_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
+    """Units with the solo rates pre-training measured: its runs ran without memory plans, so
+    the contention is fitted on those rates and the plans' slowdowns only enter predictions.
+    Big fleets fit on classes: the same numbers for identical devices, a dozen columns not 1000."""
+    measured = tuple(replace(d, memory_slowdown=1.0) for d in devices)
+    return class_units(measured) if len(devices) > FIT_ON_CLASSES_ABOVE else device_units(measured)
