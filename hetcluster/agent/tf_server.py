@@ -30,24 +30,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--protocol", default="grpc")
     parser.add_argument("--parent-pid", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="TF intra- and inter-op threads (0: TF default)")
+    parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF default)")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
     for key, value in (("GRPC_FAIL_FAST", "use_caller"), ("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
         os.environ.setdefault(key, value)
+    if args.threads > 0:
+        # Read by TF's runtime when it sizes the intra-op pool of the functions the coordinator
+        # sends (a ConfigProto on the server would not reach them). Inter-op stays at its default:
+        # one inter-op thread can deadlock remote function execution.
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)
     spec = json.loads(args.cluster_spec)
 
     import tensorflow as tf
 
-    config = None
-    if args.threads > 0:
-        config = tf.compat.v1.ConfigProto(
-            intra_op_parallelism_threads=args.threads, inter_op_parallelism_threads=args.threads
-        )
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol,
-        config=config, start=True,
+        tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol, start=True
     )
     print(f"tf_server: {args.job}:{args.index} serving at {server.target}", file=sys.stderr, flush=True)
     server.join()
