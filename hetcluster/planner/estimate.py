@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 EXACT_MAX_DEVICES = 20
 MAX_TABLE_ROWS = 4_000_000
+COLUMN_ORDER = ("n_workers", "steps_per_s", "steps_per_s_std", "time_s", "time_s_std", "power_w", "power_w_std",
+                "energy_j", "energy_j_std", "edp_js", "edp_js_std", "demand_steps_per_s", "memory_fits")
 
 
 @dataclass(frozen=True)
@@ -130,11 +132,10 @@ def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]
         names = [k for k in columns if columns[k].base is block]
         frame = pd.DataFrame(block, columns=names, copy=False)
         rest = {k: v for k, v in columns.items() if k not in names}
-        table = pd.concat([pd.DataFrame({**head, **rest}), frame], axis=1, copy=False)
-        order = list(head) + [k for k in columns]
-        table = table[order]
+        table = pd.concat([pd.DataFrame({**head, **rest}), frame], axis=1)
     else:
         table = pd.DataFrame({**head, **columns})
+    table = table[list(head) + [k for k in COLUMN_ORDER if k in columns] + [k for k in columns if k not in COLUMN_ORDER]]
     table.attrs["mode"] = "classes" if units.is_classes else "devices"
     table.attrs["device_names"] = units.labels if not units.is_classes else tuple(n for m in units.members for n in m)
     return table
