@@ -108,6 +108,8 @@ def one_fleet(seed: int, kind: str, n: int, idle_counts: bool, noise: float = 0.
         index = {f[0]: i for i, f in enumerate(fleet)}
         chosen_sets = calibration_sets({d.name: d.steps_per_s for d in devices})
         calibration = [tuple(sorted(index[name] for name in names)) for names in chosen_sets]
+    elif SETS == "half":
+        calibration = [tuple(range(n)), tuple(sorted(order[:2])), tuple(sorted(order[: (n + 1) // 2]))]
     else:
         calibration = [tuple(range(n)), tuple(sorted(order[:2])), tuple(sorted(order[1:]))]
     runs = []
@@ -143,15 +145,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--devices", type=int, default=6)
     parser.add_argument("--noise", type=float, default=0.03, help="relative measurement noise of pre-training")
-    parser.add_argument("--sets", choices=("spread", "profiler"), default="spread",
-                        help="calibration sets: all/two fastest/all but fastest, or the profiler's own choice")
+    parser.add_argument("--sets", choices=("spread", "half", "profiler"), default="spread",
+                        help="calibration sets: all/two fastest/all but fastest (spread), all/two fastest/faster "
+                             "half (half), or the profiler's own choice")
+    parser.add_argument("--truths", default="waterfill,overhead,fcfs", help="comma-separated truth models")
     parser.add_argument("--naive", action="store_true", help="baseline: plan without the multi-device runs")
     args = parser.parse_args()
     global SETS, NAIVE
     SETS, NAIVE = args.sets, args.naive
     started = time.perf_counter()
     totals = {o: [] for o in OBJECTIVES}
-    for kind in ("waterfill", "overhead", "fcfs"):
+    kinds = [k.strip() for k in args.truths.split(",") if k.strip()]
+    for kind in kinds:
         per_kind = {o: [] for o in OBJECTIVES}
         for f in range(args.fleets):
             res = one_fleet(args.seed * 100003 + f, kind, args.devices, idle_counts=bool(f % 2), noise=args.noise)
@@ -165,7 +170,7 @@ def main() -> None:
         print(f"{kind:10s} {line}")
     hits = [h for v in totals.values() for h, _ in v]
     print(f"overall hit rate {100 * np.mean(hits):.1f}% over {len(hits)} choices "
-          f"({args.fleets} fleets × 3 truths × 4 objectives, {args.devices} devices, noise {args.noise:g}) in {time.perf_counter() - started:.1f} s")
+          f"({args.fleets} fleets × {len(kinds)} truths × 4 objectives, {args.devices} devices, noise {args.noise:g}) in {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":
