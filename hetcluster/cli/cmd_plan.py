@@ -1,0 +1,84 @@
+"""`hetcluster plan`: pre-train (or read --profile), predict every configuration, choose the best
+for the objective under the constraints, and print the plan table (and a Pareto plot)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from hetcluster.cli import job_options as opt
+
+
+def plan_command(
+    objective: str = opt.OBJECTIVE,
+    inventory: Path = opt.INVENTORY,
+    model: str = opt.MODEL,
+    input_shape: str = opt.INPUT_SHAPE,
+    classes: int = opt.CLASSES,
+    batch_size: int = opt.BATCH_SIZE,
+    data: Optional[Path] = opt.DATA,
+    total_steps: int = opt.TOTAL_STEPS,
+    pretrain_steps: int = opt.PRETRAIN_STEPS,
+    warmup_steps: int = opt.WARMUP_STEPS,
+    workdir: Path = opt.WORKDIR,
+    profile: Optional[Path] = opt.PROFILE,
+    deadline: Optional[float] = opt.DEADLINE,
+    max_power: Optional[float] = opt.MAX_POWER,
+    max_energy: Optional[float] = opt.MAX_ENERGY,
+    require: Optional[List[str]] = opt.REQUIRE,
+    exclude: Optional[List[str]] = opt.EXCLUDE,
+    device_kind: Optional[str] = opt.DEVICE_KIND,
+    output_format: str = typer.Option("table", "--format", help="table, json or csv."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a time-vs-energy Pareto plot (PNG) here."),
+) -> None:
+    """Choose which devices should train the job, for the objective and constraints."""
+    plan = make_plan(objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
+                     batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+                     warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
+                     max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
+                     device_kind=device_kind, output_format=output_format,
+                     console=Console(stderr=output_format != "table"))[0]
+    from hetcluster.cli.plan_output import plot_pareto, render
+
+    render(plan, output_format)
+    if plot is not None:
+        plot_pareto(plan.table, plan.chosen, plot)
+        Console(stderr=True).print(f"Pareto plot: {plot}")
+
+
+def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
+              warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
+              output_format: str = "table", console: Console):
+    """Validate every option, then pre-train or load the profile, then plan. Returns (plan, profile, fleet, spec, source)."""
+    from hetcluster.cli.plan_output import FORMATS
+    from hetcluster.errors import ConfigError
+
+    opt.check_objective(objective)
+    if output_format not in FORMATS:
+        raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
+    if total_steps < 1:
+        raise ConfigError(f"--total-steps {total_steps} must be positive.", hint="give the job's number of steps.")
+    if device_kind is not None and device_kind not in ("cpu", "unified", "discrete-gpu"):
+        raise ConfigError(f"Unknown device kind {device_kind!r}.", hint="use cpu, unified or discrete-gpu.")
+    spec = opt.model_spec(model, input_shape, classes, batch_size)
+    source = opt.data_source(data)
+    fleet = opt.load_fleet(inventory)
+    constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
+
+    from hetcluster.cli.pretraining import obtain_profile, planner_inputs
+    from hetcluster.planner import plan as make
+
+    measured = obtain_profile(fleet, spec, source, workdir, profile, steps_per_run=pretrain_steps,
+                              warmup_steps=warmup_steps, console=console)
+    if measured.pretrain_steps >= total_steps:
+        raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
+                          hint="raise --total-steps or lower --pretrain-steps.")
+    devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, device_kind)
+    return make(devices, runs, job, objective, constraints), measured, fleet, spec, source
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)

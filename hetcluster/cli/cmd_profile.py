@@ -1,0 +1,48 @@
+"""`hetcluster profile`: the pre-training phase alone — real steps of the job on every device and
+a few calibration sets, with power from the agents; writes the profile (JSON + Parquet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hetcluster.cli import job_options as opt
+
+
+def profile_command(
+    inventory: Path = opt.INVENTORY,
+    model: str = opt.MODEL,
+    input_shape: str = opt.INPUT_SHAPE,
+    classes: int = opt.CLASSES,
+    batch_size: int = opt.BATCH_SIZE,
+    data: Optional[Path] = opt.DATA,
+    pretrain_steps: int = opt.PRETRAIN_STEPS,
+    warmup_steps: int = opt.WARMUP_STEPS,
+    workdir: Path = opt.WORKDIR,
+) -> None:
+    """Pre-train the job on every device alone and on calibration sets; save the profile."""
+    from hetcluster.cli.pretraining import run_pretraining_with_display
+
+    console = Console()
+    spec = opt.model_spec(model, input_shape, classes, batch_size)
+    source = opt.data_source(data)
+    fleet = opt.load_fleet(inventory)
+    profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
+                                           warmup_steps=warmup_steps, console=console)
+    table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
+    for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)"):
+        table.add_column(column, justify="left" if column == "devices" else "right")
+    for device in profile.devices:
+        table.add_row(device.name, f"{device.steps_per_s:.2f} ± {device.steps_per_s_std:.2f}", f"{device.busy_power_w:.1f}",
+                      f"{device.idle_power_w:.1f}", str(device.steps), f"{device.time_s:.1f}")
+    for run in profile.runs:
+        table.add_row("+".join(run.devices), f"{run.steps_per_s:.2f}", f"{run.power_w:.1f}", "", str(run.steps), f"{run.time_s:.1f}")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile")(profile_command)

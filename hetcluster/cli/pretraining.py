@@ -1,0 +1,116 @@
+"""Get a job's pre-training profile (from a file or by pre-training now) and turn it into planner
+inputs with each device's memory fit — shared by `profile`, `plan`, `train` and `evaluate`.
+
+Every I/O happens here, before the (pure) planner runs: agents are asked for their memory budget
+and kind only when the inventory does not say, and the memory scheduler sizes each device's plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+log = logging.getLogger(__name__)
+
+
+def profile_paths(workdir: Path) -> tuple[Path, Path]:
+    """(profile JSON, checkpoint dir) of a job's working directory."""
+    return workdir / "profile.json", workdir / "checkpoints"
+
+
+def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
+                                 warmup_steps: int, console: Console, device_names: list[str] | None = None) -> Any:
+    """Pre-train on the fleet with a rich progress display; save the profile atomically."""
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.profile import save_profile
+
+    profile_path, checkpoint_dir = profile_paths(workdir)
+    settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        overall = progress.add_task("pre-training", total=None)
+        current: dict[str, Any] = {}
+
+        def on_event(kind: str, details: dict[str, Any]) -> None:
+            if kind == "run_start":
+                label = "+".join(details["devices"])
+                current["task"] = progress.add_task(f"  run {label}", total=details["steps"])
+            elif kind == "progress" and "task" in current:
+                progress.update(current["task"], completed=details["done"], total=details["to_do"])
+            elif kind == "run_done" and "task" in current:
+                lost = f" (lost: {', '.join(details['lost'])})" if details.get("lost") else ""
+                progress.update(current["task"], description=f"  run {'+'.join(details['devices'])}: "
+                                f"{details['steps_per_s']:.2f} steps/s{lost}")
+                progress.advance(overall)
+            elif kind == "idle":
+                watts = ", ".join(f"{n} {w:.1f} W" for n, w in details["idle_power_w"].items())
+                progress.console.print(f"idle power: {watts}")
+            elif kind == "excluded":
+                who = details.get("device") or "+".join(details.get("run", []))
+                progress.console.print(f"[yellow]warning:[/] excluded {who}: {details['reason']}")
+
+        profile = run_pretraining(fleet, spec, str(checkpoint_dir), data=data, settings=settings,
+                                  device_names=device_names, on_event=on_event)
+    save_profile(profile, profile_path)
+    console.print(f"pre-training: {profile.pretrain_steps} steps in {profile.pretrain_time_s:.1f} s, "
+                  f"{profile.pretrain_energy_j:.0f} J; profile {profile_path}")
+    return profile
+
+
+def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
+                   warmup_steps: int, console: Console) -> Any:
+    """The profile given with --profile, else a fresh pre-training run."""
+    from hetcluster.errors import ProfileError
+    from hetcluster.profiling.profile import load_profile
+
+    if profile is not None:
+        loaded = load_profile(profile)
+        if loaded.model.get("name") not in (None, spec.name):
+            raise ProfileError(f"Profile {profile} was measured for model {loaded.model.get('name')!r}, not {spec.name!r}.",
+                               hint="pass the same --model, or pre-train again without --profile.")
+        return loaded
+    return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
+                                        warmup_steps=warmup_steps, console=console)
+
+
+def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:
+    """The device's memory budget and kind: inventory first, then the agent's own report."""
+    budget, kind = entry.memory_budget_bytes, device_kind
+    if budget is None or kind is None:
+        try:
+            with entry.client(timeout_s=3.0) as client:
+                info = client.device_info()
+            budget = budget if budget is not None else (info.memory_budget_bytes or info.memory_bytes)
+            kind = kind or info.device_kind or "cpu"
+        except Exception as error:  # an unreachable agent: no memory limit known
+            log.warning("memory budget of %s unknown (%s); assuming the job fits", entry.name, error)
+    return budget, kind or "cpu"
+
+
+def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device_kind: str | None = None) -> tuple[Any, Any, Any]:
+    """(devices, runs, job) for the planner, with each device's memory fit and slowdown filled in."""
+    from hetcluster.memory.fit import plan_for
+    from hetcluster.profiling.profile import to_planner_inputs
+
+    devices, runs, job = to_planner_inputs(profile, total_steps, idle_power_counts=fleet.idle_power_counts)
+    filled = []
+    for device in devices:
+        entry = fleet.device(device.name) if device.name in fleet.names else None
+        if entry is None:
+            filled.append(device)
+            continue
+        budget, kind = _budget_and_kind(entry, device_kind)
+        if budget is None:
+            filled.append(device)
+            continue
+        plan = plan_for(spec.name, spec.batch_size, int(budget), kind, input_shape=spec.input_shape, classes=spec.classes)
+        # pre-training ran without memory plans, so the plan's predicted extra step time
+        # (a fraction; 0 when the job fits as it is) enters the planner's time estimate here.
+        filled.append(dataclasses.replace(device, memory_fits=bool(plan.fits),
+                                          memory_slowdown=1.0 + float(plan.predicted_slowdown) if plan.fits else 1.0))
+    return filled, runs, job
