@@ -79,7 +79,8 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
 
 
 def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:
-    """The device's memory budget and kind: inventory first, then the agent's own report."""
+    """The device's memory budget and kind: the command line and inventory first, then the
+    agent's own report; an unreachable agent leaves the budget unknown and the kind "cpu"."""
     budget, kind = entry.memory_budget_bytes, device_kind
     if budget is None or kind is None:
         try:
@@ -87,8 +88,10 @@ def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, s
                 info = client.device_info()
             budget = budget if budget is not None else (info.memory_budget_bytes or info.memory_bytes)
             kind = kind or info.device_kind or "cpu"
-        except Exception as error:  # an unreachable agent: no memory limit known
-            log.warning("memory budget of %s unknown (%s); assuming the job fits", entry.name, error)
+        except Exception as error:  # an unreachable agent
+            level = logging.WARNING if budget is None else logging.INFO
+            log.log(level, "%s: agent not asked for its memory (%s); %s", entry.name, error,
+                    "assuming the job fits" if budget is None else "assuming device kind cpu")
     return budget, kind or "cpu"
 
 

@@ -1,0 +1,88 @@
+"""`hetcluster plan` on a profile recorded from the emulated cluster (server, jetson-nano, rpi4;
+small_cnn, batch 32): every objective picks its own optimum, bad input is one line and exit ≠ 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROFILE = Path(__file__).parent / "data" / "profiles" / "emulated_small_cnn_3dev.json"
+DEVICES = ("server", "jetson-nano", "rpi4")
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fleet")
+    (folder / "token").write_text("t" * 32)
+    lines = ['[cluster]', 'name = "recorded"', 'network = "loopback"', ""]
+    for port, name in enumerate(DEVICES, start=50001):
+        lines += ["[[devices]]", f'name = "{name}"', f'address = "127.0.0.1:{port}"', 'token_file = "token"',
+                  "memory_budget_bytes = 3221225472", ""]
+    path = folder / "cluster.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def plan(inventory: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory), "--model", "small_cnn",
+               "--profile", str(PROFILE), "--total-steps", "3000", *args]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the CLI's own default
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("objective, column", [("time", "time_s"), ("power", "power_w"), ("energy", "energy_j"), ("edp", "edp_js")])
+def test_each_objective_chooses_its_minimum(inventory, objective, column):
+    result = plan(inventory, "--objective", objective, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["objective"] == objective
+    configurations = data["configurations"]
+    assert len(configurations) == 2 ** len(DEVICES) - 1
+    for row in configurations:
+        assert {"devices", "time_s", "power_w", "energy_j", "edp_js", "feasible"} <= set(row)
+    best = min((row for row in configurations if row["feasible"]), key=lambda row: row[column])
+    assert sorted(data["chosen"]) == sorted(best["devices"])
+
+
+def test_constraints_shape_the_choice(inventory):
+    result = plan(inventory, "--objective", "time", "--exclude", "server", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert "server" not in data["chosen"]
+    result = plan(inventory, "--objective", "power", "--require", "server", "--format", "json")
+    assert "server" in json.loads(result.stdout)["chosen"]
+
+
+def test_infeasible_request_names_the_constraint(inventory):
+    result = plan(inventory, "--objective", "edp", "--max-power", "0.5")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "power" in result.stderr.lower()
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--objective", "speed"), "objective"),
+    (("--require", "toaster"), "toaster"),
+    (("--format", "xml"), "format"),
+    (("--input-shape", "32x32"), "HxWxC"),
+])
+def test_bad_input_is_one_line(inventory, args, needle):
+    result = plan(inventory, *args)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr
+
+
+def test_csv_and_plot(inventory, tmp_path):
+    png = tmp_path / "pareto.png"
+    result = plan(inventory, "--format", "csv", "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    assert "time_s" in header and "energy_j" in header
+    assert png.stat().st_size > 1000
