@@ -1,5 +1,42 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: grows with each feature (see README).
+# The main job on the embedded default: an emulated fleet of three real agents on this machine
+# (a server, a Jetson Nano and a Raspberry Pi 4, each slowed to its share of the CPU), pre-training,
+# a plan for each objective, training on the EDP choice, and the report — then the fleet is stopped.
+#
+# Outputs go to demo-out/ (override with DEMO_OUT=...). Knobs: DEMO_MODEL, DEMO_STEPS, DEMO_DEVICES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-hetcluster --help
+out=${DEMO_OUT:-demo-out}
+model=${DEMO_MODEL:-small_cnn}
+steps=${DEMO_STEPS:-3000}
+devices=${DEMO_DEVICES:-server,jetson-nano,rpi4}
+mkdir -p "$out"
+state="$out/.hetcluster"
+job=(--inventory "$out/cluster.toml" --model "$model" --input-shape 32x32x3 --batch-size 32 --total-steps "$steps")
+
+cleanup() { hetcluster cluster down --state-dir "$state" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+cleanup
+
+echo "== 1. emulated fleet: $devices"
+hetcluster cluster up --devices "$devices" --state-dir "$state" --out "$out/cluster.toml"
+hetcluster cluster status --inventory "$out/cluster.toml"
+
+echo "== 2. pre-training and the EDP plan"
+hetcluster plan --objective edp "${job[@]}" --workdir "$out/job" --plot "$out/pareto.png"
+
+echo "== 3. the same profile under every objective"
+for objective in time power energy edp; do
+  hetcluster plan --objective "$objective" "${job[@]}" --profile "$out/job/profile.json" --format json \
+    > "$out/plan-$objective.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"  {d['objective']:>6}: {'+'.join(d['chosen'])}\")" \
+    "$out/plan-$objective.json"
+done
+
+if hetcluster train --help >/dev/null 2>&1; then
+  echo "== 4. training the EDP choice from the pre-training checkpoint"
+  hetcluster train --objective edp "${job[@]}" --workdir "$out/job" --profile "$out/job/profile.json" \
+    --report "$out/report.json"
+fi
+
+echo "== done: plots and reports in $out/"

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 def profile_paths(workdir: Path) -> tuple[Path, Path]:
     """(profile JSON, checkpoint dir) of a job's working directory."""
+    workdir = workdir.resolve()  # the profile records the checkpoint path; keep it valid from any cwd
     return workdir / "profile.json", workdir / "checkpoints"
 
 
