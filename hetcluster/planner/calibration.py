@@ -105,7 +105,7 @@ def fit_variant(data: RunData, units: Units, family: str, with_kappa: bool) -> C
         if fine_losses[j] < loss_best:
             s_best, loss_best = float(fine[j]), float(fine_losses[j])
         step = (hi - lo) / 24
-        lo, hi = max(s_best - step, 0.0), s_best + step
+        lo, hi = max(s_best - step, 0.0), min(s_best + step, s_max)  # s ≤ 1/max r: a solo cycle holds its visit
     return Contention(family, s_best, kappa)
 
 
