@@ -1,0 +1,194 @@
+"""`hetcluster evaluate`: the ground truth. Pre-train once, predict every configuration, train every
+configuration (or --configs) for real from the same pre-training checkpoint, and score the
+planner's choice for each objective (exact? regret?) and its prediction errors (MAPE).
+
+The JSON (--out, rewritten atomically after every configuration so a long run keeps its progress)
+has `configurations`, `objectives`, `pretrain` and `mape` as issue 5 specifies; `pretrain.overhead`
+is the pre-training time over the whole measured job of the configuration the `edp` objective
+chose. `mape_training_phase` adds the errors with pre-training taken out of both sides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from hetcluster.cli import job_options as opt
+
+OVERHEAD_OBJECTIVE = "edp"
+
+
+def parse_configs(text: str | None, known: tuple[str, ...]) -> list[tuple[str, ...]] | None:
+    """``"a+b,c"`` → ``[("a", "b"), ("c",)]``; unknown names are a one-line error."""
+    from hetcluster.errors import ConfigError
+
+    if not text:
+        return None
+    configs = []
+    for item in text.split(","):
+        names = tuple(n.strip() for n in item.split("+") if n.strip())
+        unknown = [n for n in names if n not in known]
+        if not names or unknown or len(set(names)) != len(names):
+            raise ConfigError(f"--configs entry {item!r} is not a '+'-joined set of distinct devices.",
+                              hint=f"devices are: {', '.join(known)}; e.g. --configs {'+'.join(known[:2])},{known[0]}.")
+        configs.append(names)
+    return configs
+
+
+def parse_objectives(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        opt.check_objective(name)
+    return names
+
+
+def evaluate_command(
+    inventory: Path = opt.INVENTORY,
+    model: str = opt.MODEL,
+    input_shape: str = opt.INPUT_SHAPE,
+    classes: int = opt.CLASSES,
+    batch_size: int = opt.BATCH_SIZE,
+    data: Optional[Path] = opt.DATA,
+    total_steps: int = opt.TOTAL_STEPS,
+    pretrain_steps: int = opt.PRETRAIN_STEPS,
+    warmup_steps: int = opt.WARMUP_STEPS,
+    workdir: Path = typer.Option(Path("hetcluster-eval"), "--workdir", help="Where the profile and each configuration's checkpoints go."),
+    profile: Optional[Path] = opt.PROFILE,
+    device_kind: Optional[str] = opt.DEVICE_KIND,
+    objectives: str = typer.Option("time,power,energy,edp", "--objectives", help="Comma-separated objectives to score."),
+    out: Path = typer.Option(Path("evaluation.json"), "--out", help="Result JSON (rewritten after every configuration)."),
+    configs: Optional[str] = typer.Option(None, "--configs", help="Only these configurations, e.g. server+rpi4,server (default: all)."),
+    round_steps: int = typer.Option(0, "--round-steps", hidden=True),
+) -> None:
+    """Train every configuration from one pre-training checkpoint and score the planner's choices."""
+    from hetcluster.cli.cmd_plan import make_plan
+
+    console = Console()
+    names = parse_objectives(objectives)
+    workdir = workdir.resolve()
+    fleet = opt.load_fleet(inventory)
+    wanted = parse_configs(configs, fleet.names)
+    plan, measured_profile, _, spec, source = make_plan(
+        objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
+        batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+        warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
+        max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
+    evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
+                                out, console, round_steps=round_steps)
+    console.print(evaluation_tables(evaluation))
+    console.print(f"result: {out}")
+
+
+def _choices(plan: Any, names: list[str]) -> dict[str, tuple[str, ...]]:
+    from hetcluster.planner import choose, get_objective
+
+    return {name: tuple(choose(plan.table, get_objective(name), plan.constraints).chosen) for name in names}
+
+
+def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
+                   objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
+                   console: Console, round_steps: int = 0) -> dict[str, Any]:
+    """Measure each configuration (a live progress line per run), score, write ``out`` as it goes."""
+    from hetcluster.cli.cmd_train import LiveProgress
+    from hetcluster.errors import ConfigError
+    from hetcluster.evaluation.harness import configuration_label, measure_configuration
+    from hetcluster.fileio import write_json_atomic
+    from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices
+    from hetcluster.training.report import JobMetrics
+    from hetcluster.training.spec import TrainSpec
+
+    predicted = {frozenset(row["devices"]): (tuple(row["devices"]), JobMetrics.from_mapping(row))
+                 for row in plan.table.to_dict("records")}
+    if wanted is None:
+        configs = sorted(predicted.values(), key=lambda item: (len(item[0]), item[0]))
+    else:
+        missing = [w for w in wanted if frozenset(w) not in predicted]
+        if missing:
+            raise ConfigError(f"No prediction for {', '.join('+'.join(m) for m in missing)} (not in the profile's fleet).",
+                              hint="name devices that pre-training measured.")
+        configs = [predicted[frozenset(w)] for w in wanted]
+    choices = _choices(plan, objectives)
+    pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
+    spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
+    results = []
+    for devices, metrics in configs:
+        label = configuration_label(devices)
+        display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}")
+        try:
+            with display:
+                result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
+                                               pretrain_checkpoint_dir=profile.checkpoint_dir, workdir=workdir,
+                                               run=run_on_devices, on_progress=display.update,
+                                               round_steps=round_steps)
+        except SegmentInterrupted:
+            console.print(f"[yellow]interrupted[/] during {label}: servers stopped; {len(results)} configurations in {out}")
+            raise typer.Exit(130) from None
+        if result.error:
+            console.print(f"[red]failed:[/] {label}: {result.error}")
+        results.append(result)
+        write_json_atomic(out, evaluation_dict(results, choices, pretrain, profile))
+    return evaluation_dict(results, choices, pretrain, profile)
+
+
+def evaluation_dict(results: list[Any], choices: dict[str, tuple[str, ...]], pretrain: dict[str, float],
+                    profile: Any) -> dict[str, Any]:
+    from hetcluster.evaluation.scoring import mape, score_objective
+
+    objectives = {name: score_objective(results, name, chosen) for name, chosen in choices.items()}
+    overhead = None
+    reference = choices.get(OVERHEAD_OBJECTIVE)
+    for result in results:
+        if reference is not None and result.measured is not None and frozenset(result.devices) == frozenset(reference):
+            overhead = pretrain["time_s"] / result.measured.time_s if result.measured.time_s > 0 else None
+    scored = [o for o in objectives.values() if o["exact"] is not None]
+    return {
+        "configurations": [r.to_dict() for r in results],
+        "objectives": objectives,
+        "pretrain": {"steps": pretrain["steps"], "time_s": pretrain["time_s"], "energy_j": pretrain["energy_j"],
+                     "overhead": overhead, "overhead_of": f"the configuration chosen for {OVERHEAD_OBJECTIVE}"},
+        "mape": mape(results),
+        "mape_training_phase": mape(results, pretrain["time_s"], pretrain["energy_j"]),
+        "exact_rate": sum(bool(o["exact"]) for o in scored) / len(scored) if scored else None,
+        "profile": {"devices": {d.name: {"steps_per_s": d.steps_per_s, "busy_power_w": d.busy_power_w,
+                                         "idle_power_w": d.idle_power_w, "steps_per_s_std": d.steps_per_s_std}
+                                for d in profile.devices},
+                    "excluded": dict(profile.excluded)},
+    }
+
+
+def evaluation_tables(evaluation: dict[str, Any]) -> Any:
+    """Rich tables: every configuration predicted/measured, then each objective and the MAPE."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    configs = Table(title="configurations: predicted / measured", box=box.SIMPLE_HEAD)
+    configs.add_column("devices")
+    for header in ("time s", "power W", "energy J", "EDP J·s"):
+        configs.add_column(header, justify="right")
+    for row in evaluation["configurations"]:
+        p, m = row["predicted"], row["measured"]
+        cells = [f"{p[k]:.4g} / {m[k]:.4g}" if m else f"{p[k]:.4g} / failed" for k in ("time_s", "power_w", "energy_j", "edp_js")]
+        configs.add_row("+".join(row["devices"]), *cells)
+    scores = Table(title="objectives", box=box.SIMPLE_HEAD)
+    for header in ("objective", "chosen", "measured best", "exact", "regret"):
+        scores.add_column(header)
+    for name, o in evaluation["objectives"].items():
+        regret = "-" if o["regret"] is None else f"{o['regret']:.1%}"
+        scores.add_row(name, "+".join(o["chosen"]), "+".join(o["best"] or []), str(o["exact"]), regret)
+    m, mt = evaluation["mape"], evaluation["mape_training_phase"]
+    fmt = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+    pre = evaluation["pretrain"]
+    overhead = "-" if pre["overhead"] is None else f"{pre['overhead']:.1%}"
+    summary = (f"MAPE whole job: time {fmt(m['time_s'])}, power {fmt(m['power_w'])}, energy {fmt(m['energy_j'])}; "
+               f"training phase: time {fmt(mt['time_s'])}, energy {fmt(mt['energy_j'])}\n"
+               f"exact choices: {fmt(evaluation['exact_rate'])} (reference paper: 76.67%); pre-training "
+               f"{pre['steps']} steps, {pre['time_s']:.1f} s, overhead {overhead} of the edp choice's job")
+    return Group(configs, scores, summary)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate_command)

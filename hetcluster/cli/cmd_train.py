@@ -1,0 +1,315 @@
+"""`hetcluster train`: plan (pre-training first, or --profile), then train the job on the chosen
+devices with TF ParameterServerStrategy, live progress, and a predicted-vs-measured report.
+
+The job lives in --workdir: profile.json, checkpoints/ and train_state.json (the ledger of
+coordinator.py). Ctrl-C or SIGTERM stop the run at its next round boundary: every server is
+stopped, the checkpoint is kept, and the command prints how to resume (`--resume`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+
+from hetcluster.cli import job_options as opt
+
+CHECKPOINT_EVERY = typer.Option(0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end).")
+REPORT = typer.Option(None, "--report", help="Write the report as JSON here (atomically).")
+ALLOW_MISSING = typer.Option(False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing.")
+
+
+def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM takes the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint."""
+    raise KeyboardInterrupt
+
+
+def train_command(
+    objective: str = opt.OBJECTIVE,
+    inventory: Path = opt.INVENTORY,
+    model: str = opt.MODEL,
+    input_shape: str = opt.INPUT_SHAPE,
+    classes: int = opt.CLASSES,
+    batch_size: int = opt.BATCH_SIZE,
+    data: Optional[Path] = opt.DATA,
+    total_steps: int = opt.TOTAL_STEPS,
+    pretrain_steps: int = opt.PRETRAIN_STEPS,
+    warmup_steps: int = opt.WARMUP_STEPS,
+    workdir: Path = opt.WORKDIR,
+    profile: Optional[Path] = opt.PROFILE,
+    deadline: Optional[float] = opt.DEADLINE,
+    max_power: Optional[float] = opt.MAX_POWER,
+    max_energy: Optional[float] = opt.MAX_ENERGY,
+    require: Optional[List[str]] = opt.REQUIRE,
+    exclude: Optional[List[str]] = opt.EXCLUDE,
+    device_kind: Optional[str] = opt.DEVICE_KIND,
+    checkpoint_every: int = CHECKPOINT_EVERY,
+    report: Optional[Path] = REPORT,
+    resume: bool = typer.Option(False, "--resume", help="Continue the job in --workdir from its latest checkpoint (its plan and options are reused)."),
+    allow_missing: bool = ALLOW_MISSING,
+    round_steps: int = typer.Option(0, "--round-steps", hidden=True, help="Steps between the engine's joins (0: its default)."),
+) -> None:
+    """Plan, then train the job on the chosen devices and report predicted against measured."""
+    from hetcluster.errors import ConfigError
+
+    if checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
+    console = Console()
+    workdir = workdir.resolve()
+    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    try:
+        fleet = opt.load_fleet(inventory)
+        if resume:
+            job = _resume_job(fleet, workdir, allow_missing, console)
+        else:
+            job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, dict(
+                objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
+                batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+                warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
+                max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
+                device_kind=device_kind))
+        train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,
+                     resume_hint=f"hetcluster train --inventory {inventory} --workdir {workdir} --resume")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    final = build_report(job)
+    console.print(_report_table(final))
+    if report is not None:
+        from hetcluster.fileio import write_json_atomic
+
+        write_json_atomic(report, final.to_dict())
+        console.print(f"report: {report}")
+
+
+def _report_table(report: Any) -> Any:
+    from hetcluster.training.report import report_table
+
+    return report_table(report)
+
+
+def _missing_error(missing: dict[str, str]) -> Exception:
+    from hetcluster.errors import AgentError
+
+    text = "; ".join(f"device {name}: {reason}" for name, reason in missing.items())
+    return AgentError(f"Unreachable at start: {text}.",
+                      hint="start the agent(s), or pass --allow-missing to plan without them.")
+
+
+def _replan_without(plan: Any, names: list[str]) -> Any:
+    """Choose again from the same predictions with ``names`` excluded (no new pre-training)."""
+    from hetcluster.planner import Exclude, choose
+
+    known = plan.table.attrs.get("device_names") or sorted({n for row in plan.table["devices"] for n in row})
+    drop = tuple(n for n in names if n in known)
+    return plan if not drop else choose(plan.table, plan.objective, (*plan.constraints, Exclude(drop)))
+
+
+def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, checkpoint_every: int,
+             options: dict[str, Any]) -> Any:
+    """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
+    from hetcluster.cli.cmd_plan import make_plan
+    from hetcluster.cli.plan_output import print_table
+    from hetcluster.cli.pretraining import profile_paths
+    from hetcluster.errors import ConfigError
+    from hetcluster.profiling.profile import save_profile
+    from hetcluster.training.coordinator import JobLedger, check_agents
+    from hetcluster.training.report import JobMetrics
+    from hetcluster.training.spec import TrainSpec
+
+    if JobLedger.exists(workdir):
+        raise ConfigError(f"{workdir} already holds a training job.",
+                          hint="continue it with --resume, or pass a new --workdir.")
+    missing = check_agents(fleet, fleet.names)
+    if missing and not allow_missing:
+        raise _missing_error(missing)
+    for name, reason in missing.items():
+        console.print(f"[yellow]warning:[/] planning without {name}: {reason}")
+    plan, profile, _, spec, source = make_plan(console=console, **options)
+    plan = _replan_without(plan, list(missing))
+    print_table(plan, console=console)
+    profile_path, checkpoint_dir = profile_paths(workdir)
+    _adopt_checkpoint(profile, checkpoint_dir)
+    if not profile_path.exists():
+        save_profile(profile, profile_path)
+    train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=source,
+                      checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every)
+    record = {"objective": plan.objective.name, "chosen": list(plan.chosen),
+              "predicted": JobMetrics.from_mapping(plan.chosen_row).to_dict(), "train_spec": train.to_dict(),
+              "pretrain": {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s,
+                           "energy_j": profile.pretrain_energy_j},
+              "plan_table": _plan_rows(plan)}
+    return JobLedger.create(workdir, record)
+
+
+def _plan_rows(plan: Any) -> list[dict[str, Any]]:
+    from hetcluster.cli.plan_output import plan_to_dict
+
+    return plan_to_dict(plan, limit=64)["configurations"]
+
+
+def _adopt_checkpoint(profile: Any, checkpoint_dir: Path) -> None:
+    """The job trains on from the pre-training checkpoint in its own workdir (copied from a --profile's)."""
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    source = Path(profile.checkpoint_dir) if profile.checkpoint_dir else None
+    if source is None or not source.exists() or source.resolve() == checkpoint_dir.resolve():
+        return
+    if checkpoint_steps(checkpoint_dir) > 0:
+        return
+    shutil.copytree(source, checkpoint_dir, dirs_exist_ok=True)
+
+
+def _resume_job(fleet: Any, workdir: Path, allow_missing: bool, console: Console) -> Any:
+    """Load the ledger, stop workers a killed coordinator left behind, check the chosen agents."""
+    from hetcluster.training.checkpoints import checkpoint_steps
+    from hetcluster.training.coordinator import JobLedger, check_agents, stop_stale_tasks
+
+    ledger = JobLedger.load(workdir)
+    ledger.close_partial()
+    stale = stop_stale_tasks(fleet, ledger.data.get("tasks", {}))
+    if stale:
+        console.print(f"stopped workers left by the previous coordinator on: {', '.join(stale)}")
+    missing = check_agents(fleet, ledger.data["chosen"])
+    if missing and not allow_missing:
+        raise _missing_error(missing)
+    if missing:
+        kept = [n for n in ledger.data["chosen"] if n not in missing]
+        if not kept:
+            raise _missing_error(missing)
+        console.print(f"[yellow]warning:[/] continuing without {', '.join(missing)}; the prediction is the original plan's")
+        ledger.data["chosen"] = kept
+        ledger.save()
+    steps = checkpoint_steps(ledger.data["train_spec"]["checkpoint_dir"])
+    console.print(f"resuming on {' + '.join(ledger.data['chosen'])} from the checkpoint at step {steps} "
+                  f"of {ledger.data['train_spec']['total_steps']}")
+    return ledger
+
+
+def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int = 0, allow_missing: bool = False,
+                 resume_hint: str = "") -> None:
+    """Train the ledger's job to its total on its chosen devices; record the segment(s)."""
+    from hetcluster.training.checkpoints import checkpoint_steps
+    from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices, segment_record
+    from hetcluster.training.launch import DeviceLaunchError
+    from hetcluster.training.spec import TrainSpec
+
+    spec = TrainSpec.from_dict(ledger.data["train_spec"])
+    while True:
+        restored = checkpoint_steps(spec.checkpoint_dir)
+        if restored >= spec.total_steps:
+            return
+        display = LiveProgress(console, spec.total_steps, restored, ledger)
+        try:
+            with display:
+                run = run_on_devices(fleet, ledger.data["chosen"], spec, on_progress=display.update,
+                                     on_launched=lambda launched: ledger.set_tasks(launched.task_ids),
+                                     round_steps=round_steps)
+        except SegmentInterrupted as interrupt:
+            applied = checkpoint_steps(spec.checkpoint_dir) - restored
+            ledger.record_segment({"time_s": interrupt.time_s, "energy_j": sum(interrupt.energy_per_device_j.values()),
+                                   "energy_per_device_j": interrupt.energy_per_device_j, "steps_applied": applied,
+                                   "steps_total": restored + applied, "steps_restored": restored,
+                                   "steps_per_worker": {}, "lost_workers": [], "stopped": True,
+                                   "devices": ledger.data["chosen"]})
+            ledger.set_tasks({})
+            console.print(f"[yellow]interrupted:[/] servers stopped; checkpoint at step {restored + applied} of "
+                          f"{spec.total_steps} kept in {spec.checkpoint_dir}. Resume with: {resume_hint}")
+            raise typer.Exit(130) from None
+        except DeviceLaunchError as error:
+            if not allow_missing or len(ledger.data["chosen"]) == 1:
+                raise
+            console.print(f"[yellow]warning:[/] {error.device} could not start its worker; continuing without it")
+            ledger.data["chosen"] = [n for n in ledger.data["chosen"] if n != error.device]
+            ledger.save()
+            continue
+        ledger.record_segment(segment_record(run))
+        ledger.set_tasks({})
+        if not run.result.stopped:
+            return
+
+
+class LiveProgress:
+    """The rich progress line of a training run (steps, steps/s, power); also keeps the ledger's
+    in-progress segment current every few seconds, so a killed coordinator loses little accounting."""
+
+    def __init__(self, console: Console, total_steps: int, restored: int, ledger: Any = None,
+                 label: str = "training", record_every_s: float = 5.0) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[power]}"),
+                                  TimeElapsedColumn(), console=console, transient=False)
+        self._task = self._progress.add_task(label, total=total_steps, completed=restored, rate="", power="")
+        self._restored, self._ledger, self._record_every_s = restored, ledger, record_every_s
+        self._energy_j = 0.0
+        self._last: tuple[float, float] | None = None
+        self._last_record_s = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "LiveProgress":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, done: int, to_do: int, elapsed_s: float, power_w: float) -> None:
+        with self._lock:
+            if self._last is not None:  # trapezoid over the polled live power (in-progress estimate only)
+                self._energy_j += 0.5 * (power_w + self._last[1]) * max(0.0, elapsed_s - self._last[0])
+            self._last = (elapsed_s, power_w)
+        rate = done / elapsed_s if elapsed_s > 0 else 0.0
+        self._progress.update(self._task, completed=self._restored + done, rate=f"{rate:.1f} steps/s",
+                              power=f"{power_w:.1f} W")
+        if self._ledger is not None and time.monotonic() - self._last_record_s >= self._record_every_s:
+            self._last_record_s = time.monotonic()
+            self._ledger.record_segment({"time_s": elapsed_s, "energy_j": self._energy_j, "steps_applied": done,
+                                         "steps_restored": self._restored, "steps_per_worker": {},
+                                         "lost_workers": [], "approximate": True}, partial=True)
+
+
+def build_report(ledger: Any) -> Any:
+    """The whole job's report from the ledger: pre-training plus every segment trained."""
+    from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
+    from hetcluster.training.report import JobMetrics, TrainReport, measured_metrics
+
+    data, segments = ledger.data, ledger.segments
+    pre = data["pretrain"]
+    run_time_s = sum(s["time_s"] for s in segments)
+    run_energy_j = sum(s["energy_j"] for s in segments)
+    per_worker: dict[str, int] = {}
+    per_device_j: dict[str, float] = {}
+    lost: list[str] = []
+    for segment in segments:
+        for name, steps in segment.get("steps_per_worker", {}).items():
+            per_worker[name] = per_worker.get(name, 0) + int(steps)
+        for name, joules in segment.get("energy_per_device_j", {}).items():
+            per_device_j[name] = per_device_j.get(name, 0.0) + float(joules)
+        lost += [n for n in segment.get("lost_workers", []) if n not in lost]
+    checkpoint_dir = data["train_spec"]["checkpoint_dir"]
+    steps_total = checkpoint_steps(checkpoint_dir)
+    finished = [s for s in segments if "final_loss" in s]
+    return TrainReport(
+        objective=data["objective"], chosen=list(data["chosen"]),
+        predicted=JobMetrics(**data["predicted"]),
+        measured=measured_metrics(pre["time_s"], pre["energy_j"], run_time_s, run_energy_j),
+        steps_total=steps_total, steps_per_worker=per_worker, lost_workers=lost,
+        final_loss=finished[-1]["final_loss"] if finished else None,
+        steps_restored=int(pre["steps"]), steps_applied=steps_total - int(pre["steps"]),
+        steps_unattributed=sum(int(s.get("steps_unattributed", 0)) for s in segments),
+        pretrain=dict(pre),
+        run={"time_s": run_time_s, "energy_j": run_energy_j,
+             "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments)},
+        energy_per_device_j=per_device_j,
+        stopped=steps_total < int(data["train_spec"]["total_steps"]),
+        checkpoint_path=latest_checkpoint(checkpoint_dir), segments=len(segments))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_command)

@@ -1,0 +1,61 @@
+"""Train each configuration for real from the same pre-training checkpoint and measure it.
+
+Every configuration starts from a copy of the pre-training checkpoint (so no run sees another's
+updates) and trains exactly the job's remaining steps through the same coordinator path as
+`hetcluster train` (``run_on_devices``: agents start the workers, a local PS, one fresh process
+per run, power streams integrated over the run). The measurement of a whole job is then built the
+same way as `hetcluster train` builds it (``report.measured_metrics``: pre-training + run).
+A configuration whose launch or run fails is recorded with its error and the harness goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hetcluster.errors import HetclusterError
+from hetcluster.evaluation.scoring import ConfigurationResult
+from hetcluster.training.report import JobMetrics, measured_metrics
+from hetcluster.training.spec import TrainSpec
+
+log = logging.getLogger(__name__)
+
+
+def configuration_label(devices: Sequence[str]) -> str:
+    return "+".join(devices)
+
+
+def prepare_checkpoint(pretrain_checkpoint_dir: str | None, target: Path) -> Path:
+    """A fresh copy of the pre-training checkpoint in ``target`` (empty when there is none)."""
+    if target.exists():
+        shutil.rmtree(target)
+    if pretrain_checkpoint_dir and Path(pretrain_checkpoint_dir).exists():
+        shutil.copytree(pretrain_checkpoint_dir, target)
+    else:
+        target.mkdir(parents=True)
+    return target
+
+
+def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetrics, spec: TrainSpec, *,
+                          pretrain: dict[str, float], pretrain_checkpoint_dir: str | None, workdir: Path,
+                          run: Callable[..., Any], **run_options: Any) -> ConfigurationResult:
+    """Copy the checkpoint, train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure."""
+    checkpoint_dir = prepare_checkpoint(pretrain_checkpoint_dir, workdir / "configs" / configuration_label(devices))
+    spec = dataclasses.replace(spec, checkpoint_dir=str(checkpoint_dir))
+    try:
+        measured_run = run(fleet, list(devices), spec, **run_options)
+    except HetclusterError as error:
+        log.warning("configuration %s failed: %s", configuration_label(devices), error)
+        return ConfigurationResult(tuple(devices), predicted, None, error=str(error))
+    result = measured_run.result
+    metrics = measured_metrics(pretrain["time_s"], pretrain["energy_j"], measured_run.time_s, measured_run.energy_j)
+    details = {"run": {"time_s": measured_run.time_s, "energy_j": measured_run.energy_j,
+                       "launch_s": measured_run.launch_s, "steps_applied": result.steps_applied,
+                       "steps_total": result.steps_total, "steps_per_s": result.steps_per_s,
+                       "steps_per_worker": result.steps_per_worker, "lost_workers": result.lost_workers,
+                       "energy_per_device_j": measured_run.energy_per_device_j,
+                       "final_loss": result.final_loss}}
+    return ConfigurationResult(tuple(devices), predicted, metrics, details=details)

@@ -1,0 +1,82 @@
+"""Score the planner against measurements: per objective the chosen vs the measured best, and MAPE.
+
+Pure (no TensorFlow, no gRPC): it takes each configuration's predicted and measured JobMetrics and
+the planner's choice per objective, so tests and benchmarks can score recorded results.
+
+* ``best`` is the measured configuration with the lowest measured metric of the objective;
+* ``exact`` says the planner chose that one; ``regret`` = (measured metric of the chosen −
+  measured metric of the best) / best (0 when exact; None when the chosen one was not measured);
+* MAPE is mean |predicted − measured| / measured over the measured configurations, for the whole
+  job (pre-training included on both sides) and for the training phase alone (pre-training time
+  and energy subtracted from both), since the shared pre-training part dilutes the whole-job error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from hetcluster.training.report import METRICS, JobMetrics
+
+OBJECTIVE_METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
+
+
+@dataclass
+class ConfigurationResult:
+    """One configuration: its devices, the planner's prediction and (unless it failed) the measurement."""
+
+    devices: tuple[str, ...]
+    predicted: JobMetrics
+    measured: JobMetrics | None = None
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"devices": list(self.devices), "predicted": self.predicted.to_dict(),
+                "measured": self.measured.to_dict() if self.measured else None}
+        if self.error:
+            data["error"] = self.error
+        data.update(self.details)
+        return data
+
+
+def _key(devices: Sequence[str]) -> frozenset[str]:
+    return frozenset(devices)
+
+
+def score_objective(results: Sequence[ConfigurationResult], objective: str, chosen: Sequence[str]) -> dict[str, Any]:
+    """``{chosen, best, exact, regret, metric}`` for one objective over the measured configurations."""
+    metric = OBJECTIVE_METRIC[objective]
+    measured = [r for r in results if r.measured is not None]
+    if not measured:
+        return {"chosen": list(chosen), "best": None, "exact": None, "regret": None, "metric": metric}
+    best = min(measured, key=lambda r: getattr(r.measured, metric))
+    best_value = getattr(best.measured, metric)
+    mine = next((r for r in measured if _key(r.devices) == _key(chosen)), None)
+    regret = None if mine is None or best_value <= 0 else (getattr(mine.measured, metric) - best_value) / best_value
+    return {"chosen": list(chosen), "best": list(best.devices),
+            "exact": None if mine is None else _key(best.devices) == _key(chosen),
+            "regret": regret, "metric": metric}
+
+
+def mape(results: Sequence[ConfigurationResult], pretrain_time_s: float = 0.0,
+         pretrain_energy_j: float = 0.0) -> dict[str, float | None]:
+    """Mean absolute percentage error per metric (as a fraction) over the measured configurations.
+
+    With ``pretrain_*`` given, those are subtracted from both sides' time and energy first (the
+    training phase alone; power is already the training phase's, EDP is recomputed)."""
+    rows = [r for r in results if r.measured is not None]
+    out: dict[str, float | None] = {}
+    for name in METRICS:
+        errors = []
+        for r in rows:
+            guess, truth = _phase(r.predicted, pretrain_time_s, pretrain_energy_j), _phase(r.measured, pretrain_time_s, pretrain_energy_j)
+            if getattr(truth, name) > 0:
+                errors.append(abs(getattr(guess, name) - getattr(truth, name)) / getattr(truth, name))
+        out[name] = sum(errors) / len(errors) if errors else None
+    return out
+
+
+def _phase(metrics: JobMetrics, pretrain_time_s: float, pretrain_energy_j: float) -> JobMetrics:
+    time_s, energy_j = metrics.time_s - pretrain_time_s, metrics.energy_j - pretrain_energy_j
+    return JobMetrics(time_s=time_s, power_w=metrics.power_w, energy_j=energy_j, edp_js=time_s * energy_j)

@@ -1,0 +1,174 @@
+"""`hetcluster train` on an emulated cluster (real agents, cgroup/duty-cycle slowed) when things fail:
+a worker killed mid-training, an agent missing at start, Ctrl-C, the coordinator killed, --resume.
+
+A hand-written profile (no checkpoint, pre-training skipped) keeps each run short; small_cnn at
+16x16x3. Each test drives the real CLI in a subprocess and reads the job's ledger to know when to
+strike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+TOTAL = 240
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Two emulated devices (fast, slow) plus a ghost entry with no agent behind it."""
+    import tomli_w
+    import tomllib
+
+    from hetcluster.emulation.catalog import DeviceProfile
+    from hetcluster.emulation.cluster import cluster_down, cluster_up
+    from hetcluster.training.servers import free_address
+
+    root = tmp_path_factory.mktemp("fleet")
+    profiles = [DeviceProfile("fast", 0.6, 2 << 30, 10.0, 40.0, 1000.0, 0.1),
+                DeviceProfile("slow", 0.3, 2 << 30, 2.0, 6.0, 1000.0, 0.1)]
+    cluster_up(profiles, root / "cluster.toml", name=f"t5f{os.getpid() % 100000}", state_dir=root / "state")
+    try:
+        data = tomllib.loads((root / "cluster.toml").read_text())
+        ghost = dict(data["devices"][0], name="ghost", address=free_address("127.0.0.1"))
+        ghost.pop("profile", None)
+        data["devices"].append(ghost)
+        (root / "cluster.toml").write_text(tomli_w.dumps(data))
+        yield root
+    finally:
+        cluster_down(root / "state")
+
+
+def _profile(path: Path) -> Path:
+    """Measurements that make ghost the best device by far (so leaving it out must be deliberate)."""
+    device = {"steps_per_s_std": 0.1, "steps": 20, "time_s": 2.0, "energy_j": 20.0, "power_source": "model"}
+    profile = {
+        "format_version": 1, "model": {"name": "small_cnn", "input_shape": [16, 16, 3], "classes": 4, "batch_size": 8},
+        "devices": [dict(device, name="fast", steps_per_s=20.0, busy_power_w=40.0, idle_power_w=10.0),
+                    dict(device, name="slow", steps_per_s=8.0, busy_power_w=6.0, idle_power_w=2.0),
+                    dict(device, name="ghost", steps_per_s=100.0, busy_power_w=1.0, idle_power_w=0.5)],
+        "runs": [{"devices": ["fast", "slow"], "steps": 20, "time_s": 0.8, "steps_per_s": 25.0, "power_w": 46.0,
+                  "energy_j": 37.0, "per_device_steps": {"fast": 14, "slow": 6}, "per_device_power_w": {}}],
+        "excluded": {}, "pretrain_steps": 0, "pretrain_time_s": 5.0, "pretrain_energy_j": 100.0,
+        "checkpoint_dir": None, "checkpoint_path": None, "warmup_steps": 2, "steps_per_run": 20,
+        "created_wall_s": time.time(), "idle_power_counts": False}
+    path.write_text(json.dumps(profile))
+    return path
+
+
+def _train(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "hetcluster.cli.app", "train", "--inventory", str(fleet / "cluster.toml"),
+           "--workdir", str(workdir), "--report", str(workdir / "report.json"), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _new_job(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
+    return _train(fleet, workdir, "--profile", str(_profile(fleet / f"profile-{workdir.name}.json")),
+                  "--model", "small_cnn", "--input-shape", "16x16x3", "--classes", "4", "--batch-size", "8",
+                  "--total-steps", str(TOTAL), "--require", "fast", "--require", "slow", "--round-steps", "20",
+                  *extra)
+
+
+def _ledger(workdir: Path) -> dict:
+    try:
+        return json.loads((workdir / "train_state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait_for(condition, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"train exited early ({process.returncode}): {process.stdout.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("timed out waiting")
+        time.sleep(0.2)
+
+
+def _steps_in_progress(workdir: Path) -> int:
+    return max((s.get("steps_applied", 0) for s in _ledger(workdir).get("segments", []) if s.get("partial")), default=0)
+
+
+def _alive_tasks(fleet: Path) -> list:
+    from hetcluster.inventory import load_inventory
+
+    inventory = load_inventory(fleet / "cluster.toml")
+    alive = []
+    for name in ("fast", "slow"):
+        with inventory.device(name).client(timeout_s=5.0) as client:
+            alive += [t for t in client.task_status() if t.alive]
+    return alive
+
+
+def _finish(process: subprocess.Popen, timeout_s: float = 180.0) -> str:
+    out, _ = process.communicate(timeout=timeout_s)
+    assert process.returncode == 0, out[-3000:]
+    return out
+
+
+def test_worker_killed_mid_training_and_missing_agent_at_start(fleet, tmp_path):
+    from hetcluster.inventory import load_inventory
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    workdir = tmp_path / "job"
+    process = _new_job(fleet, workdir, "--allow-missing")
+    _wait_for(lambda: _steps_in_progress(workdir) >= 30, process)
+    ledger = _ledger(workdir)
+    assert "ghost" not in ledger["chosen"]  # its agent is missing: re-planned without it
+    inventory = load_inventory(fleet / "cluster.toml")
+    with inventory.device("slow").client() as client:
+        [task] = client.task_status(ledger["tasks"]["slow"])
+    os.kill(task.pid, signal.SIGKILL)
+    out = _finish(process)
+    assert "planning without ghost" in out
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["steps_total"] == TOTAL and checkpoint_steps(workdir / "checkpoints") == TOTAL
+    assert report["lost_workers"] == ["slow"]
+    assert report["steps_per_worker"]["fast"] > 0
+    assert report["measured"]["energy_j"] > 100.0 and report["measured"]["time_s"] > 5.0
+    assert not _alive_tasks(fleet)
+
+
+def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    workdir = tmp_path / "job"
+    checkpoints = workdir / "checkpoints"
+    process = _new_job(fleet, workdir, "--checkpoint-every", "40")
+    _wait_for(lambda: checkpoint_steps(checkpoints) >= 40, process)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, out[-3000:]
+    assert "--resume" in out and "checkpoint at step" in out
+    interrupted_at = checkpoint_steps(checkpoints)
+    assert 40 <= interrupted_at < TOTAL
+    assert not _alive_tasks(fleet)  # servers stopped
+
+    # resume, then kill the coordinator outright once it has written another checkpoint
+    process = _train(fleet, workdir, "--resume")
+    _wait_for(lambda: checkpoint_steps(checkpoints) >= interrupted_at + 40, process)
+    process.kill()
+    process.wait()
+    last_checkpoint = checkpoint_steps(checkpoints)
+
+    out = _finish(_train(fleet, workdir, "--resume"))
+    assert "stopped workers left by the previous coordinator" in out
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["steps_total"] == TOTAL == checkpoint_steps(checkpoints)
+    finished = [s for s in _ledger(workdir)["segments"] if "final_loss" in s]
+    # the last segment restored the last checkpoint and applied exactly what was left
+    assert finished[-1]["steps_restored"] == last_checkpoint
+    assert finished[-1]["steps_applied"] == TOTAL - last_checkpoint
+    assert report["segments"] >= 3
+    assert not _alive_tasks(fleet)
