@@ -145,7 +145,7 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
 
     workdir = tmp_path / "job"
     checkpoints = workdir / "checkpoints"
-    process = _new_job(fleet, workdir, "--checkpoint-every", "40")
+    process = _new_job(fleet, workdir, "--checkpoint-every", "40", "--allow-missing")
     _wait_for(lambda: checkpoint_steps(checkpoints) >= 40, process)
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=120)

@@ -120,7 +120,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
         try:
             with display:
                 result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
-                                               pretrain_checkpoint_dir=profile.checkpoint_dir, workdir=workdir,
+                                               pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
                                                run=run_on_devices, on_progress=display.update,
                                                round_steps=round_steps)
         except SegmentInterrupted:

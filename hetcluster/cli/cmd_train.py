@@ -8,7 +8,6 @@ stopped, the checkpoint is kept, and the command prints how to resume (`--resume
 
 from __future__ import annotations
 
-import shutil
 import signal
 import threading
 import time
@@ -154,15 +153,15 @@ def _plan_rows(plan: Any) -> list[dict[str, Any]]:
 
 
 def _adopt_checkpoint(profile: Any, checkpoint_dir: Path) -> None:
-    """The job trains on from the pre-training checkpoint in its own workdir (copied from a --profile's)."""
+    """The job trains on from the pre-training checkpoint in its own workdir (a --profile's is copied)."""
     from hetcluster.training.checkpoints import checkpoint_steps
+    from hetcluster.training.coordinator import copy_checkpoint
 
     source = Path(profile.checkpoint_dir) if profile.checkpoint_dir else None
-    if source is None or not source.exists() or source.resolve() == checkpoint_dir.resolve():
-        return
-    if checkpoint_steps(checkpoint_dir) > 0:
-        return
-    shutil.copytree(source, checkpoint_dir, dirs_exist_ok=True)
+    if source is not None and source.resolve() == checkpoint_dir.resolve():
+        return  # pre-trained right here
+    if checkpoint_steps(checkpoint_dir) == 0:
+        copy_checkpoint(profile.checkpoint_path, checkpoint_dir)
 
 
 def _resume_job(fleet: Any, workdir: Path, allow_missing: bool, console: Console) -> Any:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hetcluster.errors import HetclusterError
 from hetcluster.evaluation.scoring import ConfigurationResult
+from hetcluster.training.coordinator import copy_checkpoint
 from hetcluster.training.report import JobMetrics, measured_metrics
 from hetcluster.training.spec import TrainSpec
 
@@ -28,22 +28,11 @@ def configuration_label(devices: Sequence[str]) -> str:
     return "+".join(devices)
 
 
-def prepare_checkpoint(pretrain_checkpoint_dir: str | None, target: Path) -> Path:
-    """A fresh copy of the pre-training checkpoint in ``target`` (empty when there is none)."""
-    if target.exists():
-        shutil.rmtree(target)
-    if pretrain_checkpoint_dir and Path(pretrain_checkpoint_dir).exists():
-        shutil.copytree(pretrain_checkpoint_dir, target)
-    else:
-        target.mkdir(parents=True)
-    return target
-
-
 def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetrics, spec: TrainSpec, *,
-                          pretrain: dict[str, float], pretrain_checkpoint_dir: str | None, workdir: Path,
+                          pretrain: dict[str, float], pretrain_checkpoint: str | None, workdir: Path,
                           run: Callable[..., Any], **run_options: Any) -> ConfigurationResult:
-    """Copy the checkpoint, train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure."""
-    checkpoint_dir = prepare_checkpoint(pretrain_checkpoint_dir, workdir / "configs" / configuration_label(devices))
+    """Copy the pre-training checkpoint (by its path), train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure."""
+    checkpoint_dir = copy_checkpoint(pretrain_checkpoint, workdir / "configs" / configuration_label(devices))
     spec = dataclasses.replace(spec, checkpoint_dir=str(checkpoint_dir))
     try:
         measured_run = run(fleet, list(devices), spec, **run_options)

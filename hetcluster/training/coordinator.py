@@ -238,6 +238,33 @@ class JobLedger:
         return list(self.data["segments"])
 
 
+def copy_checkpoint(checkpoint_path: str | None, target_dir: Path) -> Path:
+    """Copy ONE checkpoint (``.../ckpt-N``: its index and data shards) into a fresh ``target_dir``
+    with a ``checkpoint`` index naming it, so a run there restores exactly that state.
+
+    Copying the pre-training checkpoint by its path, not its folder's latest, keeps later training
+    in the same folder (``hetcluster train`` continues there) out of the copy.
+    """
+    import shutil
+
+    target_dir = Path(target_dir)
+    if target_dir.exists():
+        shutil.rmtree(target_dir)
+    target_dir.mkdir(parents=True)
+    if not checkpoint_path:
+        return target_dir
+    source = Path(checkpoint_path)
+    files = list(source.parent.glob(f"{source.name}.*"))
+    if not any(f.suffix == ".index" for f in files):
+        raise TrainingError(f"Checkpoint {checkpoint_path} is gone (no {source.name}.index).",
+                            hint="pre-train again, or pass a --profile whose checkpoint still exists.")
+    for file in files:
+        shutil.copy2(file, target_dir / file.name)
+    (target_dir / "checkpoint").write_text(f'model_checkpoint_path: "{source.name}"\n'
+                                           f'all_model_checkpoint_paths: "{source.name}"\n', encoding="utf-8")
+    return target_dir
+
+
 def stop_stale_tasks(inventory: Any, tasks: dict[str, str]) -> list[str]:
     """Stop worker tasks a killed coordinator left on agents; returns the devices that still had one."""
     stopped = []
