@@ -1,0 +1,176 @@
+"""Turn `hetcluster evaluate` results (one JSON per model) into the choice-accuracy tables and figures.
+
+Pure data in, tables out (pandas, matplotlib): the runner (choice_accuracy.py) and the notebook that
+renders its results share these functions, and tests feed them hand-made evaluation dicts.
+
+* a choice is *exact* when the planner's configuration is the measured best for the objective;
+* it is *within 5%* when its measured regret ((chosen − best) / best of the objective's metric) is
+  at most 5% — on a shared 2-core host two configurations often measure within noise of each other;
+* MAPE of time and energy is over every measured configuration of the model, whole job
+  (`mape`, what a user waits for) and training phase only (`mape_training_phase`);
+* the pre-training overhead is pre-training time over the whole measured job of the configuration
+  chosen for EDP (evaluate's `pretrain.overhead`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+REGRET_TOLERANCE = 0.05
+OBJECTIVES = ("time", "power", "energy", "edp")
+
+
+def choice_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per objective: chosen, measured best, exact, regret, within 5%."""
+    rows = []
+    for objective, score in evaluation["objectives"].items():
+        regret = score.get("regret")
+        rows.append({"model": model, "objective": objective, "chosen": "+".join(score["chosen"]),
+                     "best": "+".join(score["best"] or []), "exact": score.get("exact"),
+                     "regret": regret,
+                     "within_5pct": None if regret is None else bool(regret <= REGRET_TOLERANCE)})
+    return rows
+
+
+def model_row(model: str, setting: Mapping[str, Any], evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """One row per model: the job's setting, its errors and the pre-training overhead."""
+    mape, phase, pre = evaluation["mape"], evaluation.get("mape_training_phase", {}), evaluation["pretrain"]
+    measured = [c for c in evaluation["configurations"] if c.get("measured")]
+    return {"model": model, "input_shape": setting.get("input_shape"), "batch_size": setting.get("batch_size"),
+            "total_steps": setting.get("total_steps"), "pretrain_steps": pre.get("steps"),
+            "configurations": len(evaluation["configurations"]), "measured": len(measured),
+            "mape_time": mape.get("time_s"), "mape_energy": mape.get("energy_j"), "mape_power": mape.get("power_w"),
+            "mape_time_training": phase.get("time_s"), "mape_energy_training": phase.get("energy_j"),
+            "pretrain_time_s": pre.get("time_s"), "pretrain_overhead": pre.get("overhead"),
+            "wall_s": setting.get("wall_s")}
+
+
+def configuration_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Predicted and measured time/power/energy/EDP of every configuration (the raw material)."""
+    rows = []
+    for config in evaluation["configurations"]:
+        row: dict[str, Any] = {"model": model, "devices": "+".join(config["devices"]),
+                               "n_devices": len(config["devices"]), "error": config.get("error")}
+        for side in ("predicted", "measured"):
+            for key, value in (config.get(side) or {}).items():
+                row[f"{side}_{key}"] = value
+        rows.append(row)
+    return rows
+
+
+def _rate(series: pd.Series) -> float | None:
+    known = series.dropna()
+    return float(known.astype(bool).mean()) if len(known) else None
+
+
+def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float) -> pd.DataFrame:
+    """The headline table: per objective and overall, exact and within-5% accuracy beside the reference."""
+    rows = []
+    for objective in [o for o in OBJECTIVES if o in set(choices["objective"])]:
+        part = choices[choices["objective"] == objective]
+        rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
+                     "within_5pct": _rate(part["within_5pct"]), "mean_regret": part["regret"].dropna().mean()})
+    rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
+                 "within_5pct": _rate(choices["within_5pct"]), "mean_regret": choices["regret"].dropna().mean(),
+                 "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
+                 "mape_time_training": models["mape_time_training"].mean(),
+                 "mape_energy_training": models["mape_energy_training"].mean(),
+                 "pretrain_overhead": models["pretrain_overhead"].mean()})
+    rows.append({"scope": "reference paper", "exact": reference})
+    return pd.DataFrame(rows)
+
+
+def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], reference: float
+           ) -> dict[str, pd.DataFrame]:
+    """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
+    choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
+                           columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct"])
+    models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
+    configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
+    return {"choices": choices, "models": models, "configurations": configs,
+            "summary": summary_table(choices, models, reference)}
+
+
+def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:
+    """Bars of exact and within-5% accuracy per objective and overall, the reference as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    part = summary[summary["scope"] != "reference paper"]
+    xs = range(len(part))
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.bar([x - 0.2 for x in xs], part["exact"].fillna(0) * 100, width=0.4, label="exact best")
+    ax.bar([x + 0.2 for x in xs], part["within_5pct"].fillna(0) * 100, width=0.4, label="within 5% regret")
+    ax.axhline(reference * 100, color="k", linestyle="--", linewidth=1, label=f"reference paper {reference:.2%}")
+    ax.set_xticks(list(xs), [f"{s}\n(n={int(c)})" for s, c in zip(part["scope"], part["cases"])])
+    ax.set_ylabel("choices (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Planner's choice against the measured best")
+    ax.legend(loc="lower right", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_errors(models: pd.DataFrame, path: Path) -> Path:
+    """Per model: MAPE of time and energy (whole job and training phase) and the pre-training overhead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [("mape_time", "MAPE time"), ("mape_energy", "MAPE energy"),
+               ("mape_time_training", "MAPE time (training phase)"),
+               ("mape_energy_training", "MAPE energy (training phase)"), ("pretrain_overhead", "pre-training overhead")]
+    xs = list(range(len(models)))
+    width = 0.8 / len(columns)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(models) + 2), 3.8))
+    for i, (column, label) in enumerate(columns):
+        ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], models[column].astype(float).fillna(0) * 100,
+               width=width, label=label)
+    ax.set_xticks(xs, list(models["model"]))
+    ax.set_ylabel("%")
+    ax.set_title("Prediction errors and pre-training overhead per model")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_predicted_vs_measured(configs: pd.DataFrame, path: Path) -> Path:
+    """Scatter of predicted against measured time and energy for every configuration, y = x dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    ok = configs.dropna(subset=["measured_time_s"]) if "measured_time_s" in configs else configs.iloc[:0]
+    for ax, key, unit in ((axes[0], "time_s", "s"), (axes[1], "energy_j", "J")):
+        for model, part in ok.groupby("model"):
+            ax.scatter(part[f"measured_{key}"], part[f"predicted_{key}"], label=model, s=18)
+        if len(ok):
+            lo = min(ok[f"measured_{key}"].min(), ok[f"predicted_{key}"].min())
+            hi = max(ok[f"measured_{key}"].max(), ok[f"predicted_{key}"].max())
+            ax.plot([lo, hi], [lo, hi], "k--", linewidth=1)
+            if hi / max(lo, 1e-12) > 20:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+        ax.set_xlabel(f"measured {key.split('_')[0]} ({unit})")
+        ax.set_ylabel(f"predicted {key.split('_')[0]} ({unit})")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Every configuration: predicted against measured")
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Atomic PNG write (temp file + os.replace)."""
+    import matplotlib.pyplot as plt
+
+    from hetcluster.fileio import write_atomic
+
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return Path(path)

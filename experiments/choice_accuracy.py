@@ -1,0 +1,161 @@
+"""Reproduce the reference evaluation: how often does the planner choose the measured best configuration?
+
+Three emulated platforms (server, jetson-nano, phone: a server-class device, an edge board, a phone)
+× five models × four objectives (time, power, energy, EDP). For each model, `hetcluster evaluate`
+pre-trains once, predicts all 7 configurations, trains every one of them for real from the same
+pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
+own state dir, runs evaluate per model, always tears the fleet down, and writes under
+experiments/results/choice_accuracy/<full|reduced>/:
+
+  choices.csv         model × objective: chosen, measured best, exact, regret, within 5%
+  models.csv          per model: setting, MAPE of time/energy/power, pre-training time and overhead
+  configurations.csv  every configuration's predicted and measured time/power/energy/EDP
+  summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
+  accuracy.png, errors.png, predicted_vs_measured.png
+  machine.json        CPU model, cores, load before/after, date, git commit, the command line
+  raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
+
+Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--out-dir DIR]
+        .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
+Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
+from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
+
+log = logging.getLogger("choice_accuracy")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One model's job. Small inputs and batches so that the phone (0.2 core) trains in seconds."""
+
+    model: str
+    input_shape: str
+    batch_size: int
+    total_steps: int
+    pretrain_steps: int = 20
+    warmup_steps: int = 4
+
+
+# The full configuration: the five Keras-application/registry models at 32x32 (the smallest input
+# every one of them accepts). Total steps give each model's fastest configuration a training phase
+# several times its pre-training, as in a real job where pre-training is an overhead.
+FULL = (
+    Setting("small_cnn", "32x32x3", 32, 600),
+    Setting("mobilenet_v2", "32x32x3", 16, 300),
+    Setting("resnet50", "32x32x3", 8, 200),
+    Setting("vgg16", "32x32x3", 8, 200),
+    Setting("densenet121", "32x32x3", 8, 160),
+)
+# The reduced configuration (CI and a quick look): two light models, fewer steps.
+REDUCED = (
+    Setting("small_cnn", "16x16x3", 16, 120, pretrain_steps=12, warmup_steps=3),
+    Setting("mobilenet_v2", "32x32x3", 8, 60, pretrain_steps=10, warmup_steps=3),
+)
+
+
+def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path) -> dict[str, Any]:
+    """`hetcluster evaluate` for one model; returns its JSON with the wall time added to the setting."""
+    out = raw_dir / f"{setting.model}.json"
+    started = time.monotonic()
+    run_cli(["evaluate", "--inventory", inventory, "--model", setting.model, "--input-shape", setting.input_shape,
+             "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
+             "--pretrain-steps", setting.pretrain_steps, "--warmup-steps", setting.warmup_steps,
+             "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out],
+            raw_dir / "evaluate.log")
+    record = {"setting": {**asdict(setting), "wall_s": time.monotonic() - started}, "evaluation": read_json(out)}
+    write_json(raw_dir / f"{setting.model}.setting.json", record["setting"])
+    return record
+
+
+def collect(raw_dir: Path, settings: tuple[Setting, ...]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(model, setting, evaluation) for every model whose evaluation and setting are in raw/."""
+    runs = []
+    for setting in settings:
+        result, meta = raw_dir / f"{setting.model}.json", raw_dir / f"{setting.model}.setting.json"
+        if result.exists() and meta.exists():
+            runs.append((setting.model, read_json(meta), read_json(result)))
+    return runs
+
+
+def render(out_dir: Path, settings: tuple[Setting, ...]) -> dict[str, Any]:
+    """CSV tables and PNG figures from raw/ (nothing is trained here)."""
+    runs = collect(out_dir / "raw", settings)
+    if not runs:
+        raise SystemExit(f"no evaluation results in {out_dir / 'raw'}: run without --render-only first")
+    frames = tables(runs, REFERENCE_EXACT_RATE)
+    for name, frame in frames.items():
+        frame.to_csv(out_dir / f"{name}.csv", index=False)
+    plot_accuracy(frames["summary"], REFERENCE_EXACT_RATE, out_dir / "accuracy.png")
+    plot_errors(frames["models"], out_dir / "errors.png")
+    plot_predicted_vs_measured(frames["configurations"], out_dir / "predicted_vs_measured.png")
+    return frames
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reduced", action="store_true", help="two light models, few steps (CI, a quick look)")
+    parser.add_argument("--models", help="only these models of the configuration, comma-separated")
+    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>")
+    parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
+    parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
+    parser.add_argument("--render-only", action="store_true", help="only rebuild tables and figures from raw/")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    name = "reduced" if args.reduced else "full"
+    settings = REDUCED if args.reduced else FULL
+    if args.models:
+        wanted = [m.strip() for m in args.models.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - {s.model for s in settings})
+        if unknown:
+            parser.error(f"--models: {', '.join(unknown)} not in the {name} configuration "
+                         f"({', '.join(s.model for s in settings)})")
+        settings = tuple(s for s in settings if s.model in wanted)
+    out_dir = (args.out_dir or RESULTS / "choice_accuracy" / name).resolve()
+    raw_dir = out_dir / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    if not args.render_only:
+        run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}", args.fresh, sys.argv)
+    frames = render(out_dir, settings)
+    log.info("summary:\n%s", frames["summary"].to_string(index=False))
+    log.info("results in %s", out_dir)
+    return 0
+
+
+def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str]) -> None:
+    """Bring the fleet up, evaluate every model not yet in raw/, record the machine, tear down."""
+    raw_dir = out_dir / "raw"
+    todo = [s for s in settings if fresh or not (raw_dir / f"{s.model}.setting.json").exists()]
+    machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(PLATFORMS),
+               "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
+    work_dir = state_dir / "work"
+    if todo:
+        with emulated_fleet(state_dir, PLATFORMS, name="choice-accuracy", log_path=raw_dir / "evaluate.log") as inventory:
+            for setting in todo:
+                log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
+                         setting.batch_size, setting.total_steps)
+                evaluate_model(setting, inventory, raw_dir, work_dir)
+    shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results
+    machine["after"] = machine_info()
+    write_json(out_dir / "machine.json", machine)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

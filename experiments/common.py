@@ -1,0 +1,131 @@
+"""What every experiment needs: an emulated fleet that is always torn down, the `hetcluster` CLI
+run as a subprocess (the same path a user takes), and a record of the machine the figures came from.
+
+Experiments drive the CLI rather than library functions on purpose: the numbers in
+experiments/results/ are then exactly what `hetcluster evaluate` / `hetcluster plan` print for a
+user, and a crash in one run (a model that does not fit, a lost worker) stays in that run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+PLATFORMS = ("server", "jetson-nano", "phone")  # a server-class device, an edge board and a phone
+REFERENCE_EXACT_RATE = 0.7667  # the reference paper's share of best-configuration choices
+
+log = logging.getLogger(__name__)
+
+
+def hetcluster_executable() -> list[str]:
+    """The CLI of the interpreter running this (the venv's), so a notebook kernel finds the same one."""
+    exe = Path(sys.executable).with_name("hetcluster")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "hetcluster.cli.app"]
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
+            "COLUMNS": "160"}
+
+
+def run_cli(args: Sequence[str], log_path: Path | None = None, timeout_s: float | None = None) -> str:
+    """Run `hetcluster ARGS`; stdout is returned, both streams are appended to ``log_path``.
+
+    Raises RuntimeError with the output's tail when the command fails, so a notebook cell shows why.
+    """
+    cmd = [*hetcluster_executable(), *map(str, args)]
+    log.info("running %s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=timeout_s, cwd=ROOT)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n[exit {proc.returncode}]\n")
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: str = "experiments",
+                   log_path: Path | None = None) -> Iterator[Path]:
+    """`hetcluster cluster up` into our own state dir; yields the inventory; always `cluster down`.
+
+    SIGTERM is turned into an exception while the fleet is up, so `kill PID` of a long experiment
+    also tears the agents down instead of leaving them running on a shared machine.
+    """
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    inventory = state_dir / "cluster.toml"
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    in_main_thread = _is_main_thread()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        run_cli(["cluster", "up", "--devices", ",".join(devices), "--state-dir", state_dir, "--name", name,
+                 "--out", inventory], log_path)
+        yield inventory
+    finally:
+        try:
+            run_cli(["cluster", "down", "--state-dir", state_dir], log_path)
+        except RuntimeError as error:  # a fleet that never came up has nothing to take down
+            log.warning("cluster down: %s", error)
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, load average and date: the figures depend on them (a shared 2-core host)."""
+    import psutil
+
+    load_1m, load_5m, load_15m = os.getloadavg()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpu_model": cpu_model(),
+            "cpu_cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "load_avg_1m": load_1m, "load_avg_5m": load_5m, "load_avg_15m": load_15m,
+            "python": platform.python_version(), "platform": platform.platform(), "git_commit": commit}
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Atomically (temp file + os.replace): results are what users keep."""
+    from hetcluster.fileio import write_json_atomic
+
+    return write_json_atomic(path, data)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,125 @@
+"""The choice-accuracy tables: exact and within-5% rates, MAPE and overhead, from evaluation JSONs.
+
+Hand-made evaluation dicts in the `hetcluster evaluate` format (issue 5), so the arithmetic is
+checked without training; the rendering path of experiments/choice_accuracy.py (--render-only)
+writes the CSVs and PNGs from a raw/ folder like a real run leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import accuracy  # noqa: E402
+import choice_accuracy  # noqa: E402
+
+
+def metrics(time_s: float, power_w: float) -> dict[str, float]:
+    return {"time_s": time_s, "power_w": power_w, "energy_j": time_s * power_w, "edp_js": time_s * time_s * power_w}
+
+
+def evaluation(chosen: dict[str, list[str]], regrets: dict[str, float], mape_time: float, overhead: float) -> dict:
+    """A minimal evaluate result: the measured best is always ["a"]; regret 0 means exact."""
+    objectives = {name: {"chosen": devices, "best": ["a"], "exact": regrets[name] == 0.0, "regret": regrets[name]}
+                  for name, devices in chosen.items()}
+    configs = [{"devices": ["a"], "predicted": metrics(10, 5), "measured": metrics(10, 5)},
+               {"devices": ["a", "b"], "predicted": metrics(8, 9), "measured": metrics(9, 10)},
+               {"devices": ["b"], "predicted": metrics(30, 2), "measured": None, "error": "lost worker"}]
+    return {"configurations": configs, "objectives": objectives,
+            "pretrain": {"steps": 40, "time_s": 4.0, "overhead": overhead},
+            "mape": {"time_s": mape_time, "energy_j": 0.2, "power_w": 0.1},
+            "mape_training_phase": {"time_s": mape_time * 2, "energy_j": 0.3}}
+
+
+RUNS = [
+    ("m1", {"input_shape": "16x16x3", "batch_size": 8, "total_steps": 100, "wall_s": 12.0},
+     evaluation({"time": ["a"], "power": ["b"], "energy": ["a", "b"], "edp": ["a"]},
+                {"time": 0.0, "power": 0.0, "energy": 0.03, "edp": 0.0}, 0.10, 0.2)),
+    ("m2", {"input_shape": "32x32x3", "batch_size": 4, "total_steps": 50, "wall_s": 20.0},
+     evaluation({"time": ["a", "b"], "power": ["b"], "energy": ["a"], "edp": ["b"]},
+                {"time": 0.5, "power": 0.0, "energy": 0.0, "edp": 0.049}, 0.30, 0.4)),
+]
+
+
+def test_choice_rows_mark_exact_and_within_tolerance() -> None:
+    frames = accuracy.tables(RUNS, 0.7667)
+    choices = frames["choices"]
+    assert len(choices) == 8
+    row = choices[(choices["model"] == "m2") & (choices["objective"] == "edp")].iloc[0]
+    assert not row["exact"] and row["within_5pct"]  # 4.9% regret: not the best, but within 5%
+    row = choices[(choices["model"] == "m2") & (choices["objective"] == "time")].iloc[0]
+    assert not row["exact"] and not row["within_5pct"]
+    assert row["chosen"] == "a+b" and row["best"] == "a"
+
+
+def test_summary_rates_per_objective_and_overall() -> None:
+    summary = accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope")
+    assert summary.loc["all", "cases"] == 8
+    assert summary.loc["all", "exact"] == pytest.approx(5 / 8)
+    assert summary.loc["all", "within_5pct"] == pytest.approx(7 / 8)
+    assert summary.loc["time", "exact"] == pytest.approx(0.5)
+    assert summary.loc["power", "exact"] == pytest.approx(1.0)
+    assert summary.loc["all", "mape_time"] == pytest.approx(0.2)
+    assert summary.loc["all", "mape_time_training"] == pytest.approx(0.4)
+    assert summary.loc["all", "pretrain_overhead"] == pytest.approx(0.3)
+    assert summary.loc["reference paper", "exact"] == pytest.approx(0.7667)
+
+
+def test_unmeasured_choice_counts_as_unknown_not_wrong() -> None:
+    ev = evaluation({"time": ["b"]}, {"time": 0.0}, 0.1, 0.1)
+    ev["objectives"]["time"].update({"exact": None, "regret": None})
+    frames = accuracy.tables([("m", {}, ev)], 0.7667)
+    summary = frames["summary"].set_index("scope")
+    assert pd.isna(summary.loc["all", "exact"]) and summary.loc["all", "cases"] == 1
+
+
+def test_models_and_configurations_tables() -> None:
+    frames = accuracy.tables(RUNS, 0.7667)
+    models = frames["models"].set_index("model")
+    assert models.loc["m1", "configurations"] == 3 and models.loc["m1", "measured"] == 2
+    assert models.loc["m2", "pretrain_overhead"] == pytest.approx(0.4)
+    configs = frames["configurations"]
+    failed = configs[(configs["model"] == "m1") & (configs["devices"] == "b")].iloc[0]
+    assert failed["error"] == "lost worker" and pd.isna(failed["measured_time_s"])
+    assert failed["predicted_time_s"] == 30
+
+
+def test_render_only_writes_tables_and_figures(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for model, setting, ev in RUNS:
+        (raw / f"{model}.json").write_text(json.dumps(ev))
+        (raw / f"{model}.setting.json").write_text(json.dumps({"model": model, **setting}))
+    settings = tuple(choice_accuracy.Setting(m, s["input_shape"], s["batch_size"], s["total_steps"]) for m, s, _ in RUNS)
+    frames = choice_accuracy.render(tmp_path, settings)
+    for name in ("choices", "models", "configurations", "summary"):
+        assert pd.read_csv(tmp_path / f"{name}.csv").shape[0] == len(frames[name])
+    for name in ("accuracy", "errors", "predicted_vs_measured"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_render_only_without_results_says_what_to_run(tmp_path: Path) -> None:
+    (tmp_path / "raw").mkdir()
+    with pytest.raises(SystemExit, match="run without --render-only"):
+        choice_accuracy.render(tmp_path, choice_accuracy.REDUCED)
+
+
+def test_unknown_model_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        choice_accuracy.main(["--reduced", "--models", "alexnet", "--out-dir", str(tmp_path), "--render-only"])
+    assert exit_info.value.code == 2
+    assert "alexnet" in capsys.readouterr().err
+
+
+def test_full_configuration_has_five_models_on_three_platforms() -> None:
+    from common import PLATFORMS
+
+    assert len({s.model for s in choice_accuracy.FULL}) == 5
+    assert PLATFORMS == ("server", "jetson-nano", "phone")
