@@ -16,6 +16,7 @@ for live displays in the parent.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("HETCLUSTER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    # the parent sends SIGUSR1 before killing a run that overran: every thread's stack goes to the log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -113,9 +116,14 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
                         child.send_signal(signal.SIGINT)
                         stop_sent = True
                     if deadline and time.monotonic() > deadline:
+                        child.send_signal(signal.SIGUSR1)  # stacks into the log (faulthandler)
+                        time.sleep(1.0)
                         child.kill()
                         child.wait()
-                        raise TrainingError(f"Training run exceeded {timeout_s:.0f} s and was killed.",
+                        tail = Path(log_path).read_text(errors="replace")[-3000:]
+                        log.error("training run overran %.0f s; its log ends with:\n%s", timeout_s, tail)
+                        raise TrainingError(f"Training run exceeded {timeout_s:.0f} s and was killed "
+                                            f"(its thread stacks are in the log).",
                                             hint="raise the timeout or train fewer steps.")
                     time.sleep(0.2)
             except KeyboardInterrupt:
