@@ -67,7 +67,6 @@ class _Phase:
         self.recorders: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
         self.steps_total = 0
-        self.energy_j = 0.0
         self.checkpoint_path: str | None = None
 
     def exclude(self, name: str, reason: str) -> None:
@@ -128,8 +127,6 @@ class _Phase:
             raise
         self.steps_total = result.steps_total
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
-        self.energy_j += sum(self.recorders[n].energy_j(result.start_wall_s, result.end_wall_s) for n in names
-                             if n in self.recorders)
         t0, t1, _ = result.measurement_window()
         self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
                                    "lost": list(result.lost_workers)})
@@ -202,6 +199,10 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()),
                 energy_j=sum(phase.recorders[n].energy_j(t0, t1) for n in members),
                 per_device_steps=dict(result.steps_per_worker), per_device_power_w=per_device_w))
+        phase_end_s = time.time()
+        # what pre-training cost: every recorded device over the whole phase (between its runs a
+        # device waits, powered), matching pretrain_time_s, which is the phase's wall time too
+        energy_j = sum(recorder.energy_j(phase_start_s, phase_end_s) for recorder in phase.recorders.values())
     finally:
         phase.stop()
     devices = [d for d in devices if d.name not in phase.excluded]
@@ -210,8 +211,8 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         raise ProfileError(f"No device could be measured: {phase.excluded}.",
                            hint="check the agents (`hetcluster cluster status`) and try again.")
     return Profile(model=model.to_dict(), devices=devices, runs=runs, excluded=dict(phase.excluded),
-                   pretrain_steps=phase.steps_total, pretrain_time_s=time.time() - phase_start_s,
-                   pretrain_energy_j=phase.energy_j, checkpoint_dir=checkpoint_dir,
+                   pretrain_steps=phase.steps_total, pretrain_time_s=phase_end_s - phase_start_s,
+                   pretrain_energy_j=energy_j, checkpoint_dir=checkpoint_dir,
                    checkpoint_path=phase.checkpoint_path, warmup_steps=settings.warmup_steps,
                    steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
                    idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)))
