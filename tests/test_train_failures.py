@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from train_fleet import MODEL_ARGS, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -25,44 +26,8 @@ TOTAL = 240
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    """Two emulated devices (fast, slow) plus a ghost entry with no agent behind it."""
-    import tomli_w
-    import tomllib
-
-    from hetcluster.emulation.catalog import DeviceProfile
-    from hetcluster.emulation.cluster import cluster_down, cluster_up
-    from hetcluster.training.servers import free_address
-
-    root = tmp_path_factory.mktemp("fleet")
-    profiles = [DeviceProfile("fast", 0.6, 2 << 30, 10.0, 40.0, 1000.0, 0.1),
-                DeviceProfile("slow", 0.3, 2 << 30, 2.0, 6.0, 1000.0, 0.1)]
-    cluster_up(profiles, root / "cluster.toml", name=f"t5f{os.getpid() % 100000}", state_dir=root / "state")
-    try:
-        data = tomllib.loads((root / "cluster.toml").read_text())
-        ghost = dict(data["devices"][0], name="ghost", address=free_address("127.0.0.1"))
-        ghost.pop("profile", None)
-        data["devices"].append(ghost)
-        (root / "cluster.toml").write_text(tomli_w.dumps(data))
+    with emulated_fleet(tmp_path_factory.mktemp("fleet"), "t5f") as root:
         yield root
-    finally:
-        cluster_down(root / "state")
-
-
-def _profile(path: Path) -> Path:
-    """Measurements that make ghost the best device by far (so leaving it out must be deliberate)."""
-    device = {"steps_per_s_std": 0.1, "steps": 20, "time_s": 2.0, "energy_j": 20.0, "power_source": "model"}
-    profile = {
-        "format_version": 1, "model": {"name": "small_cnn", "input_shape": [16, 16, 3], "classes": 4, "batch_size": 8},
-        "devices": [dict(device, name="fast", steps_per_s=20.0, busy_power_w=40.0, idle_power_w=10.0),
-                    dict(device, name="slow", steps_per_s=8.0, busy_power_w=6.0, idle_power_w=2.0),
-                    dict(device, name="ghost", steps_per_s=100.0, busy_power_w=1.0, idle_power_w=0.5)],
-        "runs": [{"devices": ["fast", "slow"], "steps": 20, "time_s": 0.8, "steps_per_s": 25.0, "power_w": 46.0,
-                  "energy_j": 37.0, "per_device_steps": {"fast": 14, "slow": 6}, "per_device_power_w": {}}],
-        "excluded": {}, "pretrain_steps": 0, "pretrain_time_s": 5.0, "pretrain_energy_j": 100.0,
-        "checkpoint_dir": None, "checkpoint_path": None, "warmup_steps": 2, "steps_per_run": 20,
-        "created_wall_s": time.time(), "idle_power_counts": False}
-    path.write_text(json.dumps(profile))
-    return path
 
 
 def _train(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
@@ -72,9 +37,8 @@ def _train(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _new_job(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
-    return _train(fleet, workdir, "--profile", str(_profile(fleet / f"profile-{workdir.name}.json")),
-                  "--model", "small_cnn", "--input-shape", "16x16x3", "--classes", "4", "--batch-size", "8",
-                  "--total-steps", str(TOTAL), "--require", "fast", "--require", "slow", "--round-steps", "20",
+    return _train(fleet, workdir, "--profile", str(write_profile(fleet / f"profile-{workdir.name}.json")),
+                  *MODEL_ARGS, "--total-steps", str(TOTAL), "--require", "fast", "--require", "slow", "--round-steps", "20",
                   *extra)
 
 

@@ -204,11 +204,16 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
         if restored >= spec.total_steps:
             return
         display = LiveProgress(console, spec.total_steps, restored, ledger)
+
+        def launched_hook(launched: Any) -> None:
+            ledger.set_tasks(launched.task_ids)
+            if stopper.event.is_set():  # stopped while the servers started: nothing to train
+                raise KeyboardInterrupt
+
         try:
-            with display:
+            with StopOnSignal() as stopper, display:
                 run = run_on_devices(fleet, ledger.data["chosen"], spec, on_progress=display.update,
-                                     on_launched=lambda launched: ledger.set_tasks(launched.task_ids),
-                                     round_steps=round_steps)
+                                     on_launched=launched_hook, stop_event=stopper.event, round_steps=round_steps)
         except SegmentInterrupted as interrupt:
             applied = checkpoint_steps(spec.checkpoint_dir) - restored
             ledger.record_segment({"time_s": interrupt.time_s, "energy_j": sum(interrupt.energy_per_device_j.values()),
@@ -216,10 +221,7 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
                                    "steps_total": restored + applied, "steps_restored": restored,
                                    "steps_per_worker": {}, "lost_workers": [], "stopped": True,
                                    "devices": ledger.data["chosen"]})
-            ledger.set_tasks({})
-            console.print(f"[yellow]interrupted:[/] servers stopped; checkpoint at step {restored + applied} of "
-                          f"{spec.total_steps} kept in {spec.checkpoint_dir}. Resume with: {resume_hint}")
-            raise typer.Exit(130) from None
+            _stopped(ledger, console, spec, resume_hint)
         except DeviceLaunchError as error:
             if not allow_missing or len(ledger.data["chosen"]) == 1:
                 raise
@@ -229,8 +231,41 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
             continue
         ledger.record_segment(segment_record(run))
         ledger.set_tasks({})
-        if not run.result.stopped:
-            return
+        if run.result.stopped:
+            _stopped(ledger, console, spec, resume_hint)
+        return
+
+
+def _stopped(ledger: Any, console: Console, spec: Any, resume_hint: str) -> None:
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    ledger.set_tasks({})
+    console.print(f"[yellow]interrupted:[/] servers stopped; checkpoint at step {checkpoint_steps(spec.checkpoint_dir)} "
+                  f"of {spec.total_steps} kept in {spec.checkpoint_dir}. Resume with: {resume_hint}")
+    raise typer.Exit(130)
+
+
+class StopOnSignal:
+    """While a run trains: the first SIGINT/SIGTERM asks it to stop at its next round boundary (the
+    engine then checkpoints and still returns its result, per-worker counts included); a second
+    one interrupts at once (KeyboardInterrupt: servers stopped, the run's process checkpoints)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+
+    def __enter__(self) -> "StopOnSignal":
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 class LiveProgress:

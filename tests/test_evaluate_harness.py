@@ -1,0 +1,49 @@
+"""`hetcluster evaluate` end to end on an emulated fleet: every configuration trained from the same
+checkpoint, measured, and scored in the JSON layout issue 5 specifies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from train_fleet import MODEL_ARGS, emulated_fleet, write_profile
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+TOTAL = 40
+
+
+def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    with emulated_fleet(tmp_path / "fleet", "t5e") as fleet:
+        out = tmp_path / "result.json"
+        cmd = [sys.executable, "-m", "hetcluster.cli.app", "evaluate", "--inventory", str(fleet / "cluster.toml"),
+               "--profile", str(write_profile(tmp_path / "profile.json", with_ghost=False)), *MODEL_ARGS,
+               "--total-steps", str(TOTAL), "--configs", "fast,slow,fast+slow", "--workdir", str(tmp_path / "eval"),
+               "--out", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [c["devices"] for c in result["configurations"]] == [["fast"], ["slow"], ["fast", "slow"]]
+    for config in result["configurations"]:
+        for side in ("predicted", "measured"):
+            assert set(config[side]) >= {"time_s", "power_w", "energy_j", "edp_js"}
+        assert config["run"]["steps_total"] == TOTAL and config["run"]["steps_applied"] == TOTAL
+        # whole job: the profile's 5 s of pre-training are on both sides
+        assert config["measured"]["time_s"] > 5.0 and config["measured"]["energy_j"] > 100.0
+    for label in ("fast", "slow", "fast+slow"):
+        assert checkpoint_steps(tmp_path / "eval" / "configs" / label) == TOTAL
+    assert set(result["objectives"]) == {"time", "power", "energy", "edp"}
+    for score in result["objectives"].values():
+        assert set(score) >= {"chosen", "best", "exact", "regret"}
+        assert score["exact"] is (score["regret"] == 0.0)
+        assert score["regret"] >= 0.0
+    # power: slow alone draws far less than anything with fast in it, by prediction and measurement
+    assert result["objectives"]["power"]["best"] == ["slow"]
+    assert result["pretrain"]["steps"] == 0 and result["pretrain"]["time_s"] == 5.0
+    assert 0.0 < result["pretrain"]["overhead"] < 1.0
+    assert set(result["mape"]) >= {"time_s", "energy_j", "power_w"}
+    assert "76.67%" in done.stdout

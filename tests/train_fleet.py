@@ -1,0 +1,61 @@
+"""Shared by the train and evaluate end-to-end tests: a small emulated fleet and a hand-written profile.
+
+The emulated cluster is the real thing (agent processes slowed by cgroup quotas or duty cycling);
+``ghost`` is an inventory entry with no agent behind it. The profile has no checkpoint and no
+pre-training steps, so tests skip the pre-training phase and stay short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def emulated_fleet(root: Path, tag: str) -> Iterator[Path]:
+    """Devices fast (0.6 core) and slow (0.3 core), plus ghost; yields the folder with cluster.toml."""
+    import tomli_w
+    import tomllib
+
+    from hetcluster.emulation.catalog import DeviceProfile
+    from hetcluster.emulation.cluster import cluster_down, cluster_up
+    from hetcluster.training.servers import free_address
+
+    profiles = [DeviceProfile("fast", 0.6, 2 << 30, 10.0, 40.0, 1000.0, 0.1),
+                DeviceProfile("slow", 0.3, 2 << 30, 2.0, 6.0, 1000.0, 0.1)]
+    cluster_up(profiles, root / "cluster.toml", name=f"{tag}{os.getpid() % 100000}", state_dir=root / "state")
+    try:
+        data = tomllib.loads((root / "cluster.toml").read_text())
+        ghost = dict(data["devices"][0], name="ghost", address=free_address("127.0.0.1"))
+        ghost.pop("profile", None)
+        data["devices"].append(ghost)
+        (root / "cluster.toml").write_text(tomli_w.dumps(data))
+        yield root
+    finally:
+        cluster_down(root / "state")
+
+
+MODEL_ARGS = ("--model", "small_cnn", "--input-shape", "16x16x3", "--classes", "4", "--batch-size", "8")
+
+
+def write_profile(path: Path, with_ghost: bool = True) -> Path:
+    """Measurements in which ghost is the best device by far (leaving it out must be deliberate)."""
+    device = {"steps_per_s_std": 0.1, "steps": 20, "time_s": 2.0, "energy_j": 20.0, "power_source": "model"}
+    devices = [dict(device, name="fast", steps_per_s=20.0, busy_power_w=40.0, idle_power_w=10.0),
+               dict(device, name="slow", steps_per_s=8.0, busy_power_w=6.0, idle_power_w=2.0)]
+    if with_ghost:
+        devices.append(dict(device, name="ghost", steps_per_s=100.0, busy_power_w=1.0, idle_power_w=0.5))
+    profile = {
+        "format_version": 1, "model": {"name": "small_cnn", "input_shape": [16, 16, 3], "classes": 4, "batch_size": 8},
+        "devices": devices,
+        "runs": [{"devices": ["fast", "slow"], "steps": 20, "time_s": 0.8, "steps_per_s": 25.0, "power_w": 46.0,
+                  "energy_j": 37.0, "per_device_steps": {"fast": 14, "slow": 6}, "per_device_power_w": {}}],
+        "excluded": {}, "pretrain_steps": 0, "pretrain_time_s": 5.0, "pretrain_energy_j": 100.0,
+        "checkpoint_dir": None, "checkpoint_path": None, "warmup_steps": 2, "steps_per_run": 20,
+        "created_wall_s": time.time(), "idle_power_counts": False}
+    path.write_text(json.dumps(profile))
+    return path
