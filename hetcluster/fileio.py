@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *, mode: int | None = None) -> Path:
-    """Call ``write(tmp_path)`` to produce the content, then move it over ``path`` atomically."""
+def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *, mode: int = 0o644) -> Path:
+    """Call ``write(tmp_path)`` to produce the content, then move it over ``path`` atomically.
+
+    The temporary file is created 0600 (mkstemp), so a secret is never readable by others in
+    between; ``mode`` is applied just before the rename."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -22,8 +25,7 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *,
     tmp = Path(tmp_name)
     try:
         write(tmp)
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -33,11 +35,11 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *,
     return target
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_bytes(data), mode=mode)
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, mode: int = 0o644) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
 
 

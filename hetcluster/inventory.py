@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from hetcluster.agent.config import atomic_write_text, split_host_port
+from hetcluster.agent.config import split_host_port
+from hetcluster.fileio import write_text_atomic
 from hetcluster.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ def write_inventory(inventory: Inventory, path: Path | str) -> Path:
 
     target = Path(path).expanduser()
     document = inventory_to_mapping(inventory, relative_to=target.resolve().parent)
-    atomic_write_text(target, tomli_w.dumps(document))
+    write_text_atomic(target, tomli_w.dumps(document))
     log.info("wrote inventory %s (%d devices)", target, len(inventory.devices))
     return target
 

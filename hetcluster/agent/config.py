@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hetcluster.errors import ConfigError
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -250,25 +251,8 @@ def write_config(document: Mapping[str, Any], path: Path | str) -> Path:
 
     target = Path(path)
     AgentConfig.from_mapping(document, base_dir=target.resolve().parent)
-    atomic_write_text(target, tomli_w.dumps(dict(document)))
+    write_text_atomic(target, tomli_w.dumps(dict(document)))
     return target
-
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write via a temp file in the same folder and os.replace, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _is_ipv6(text: str) -> bool:

@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetcluster.agent.config import atomic_write_text
+from hetcluster.fileio import write_text_atomic
 from hetcluster.errors import CredentialsError
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def generate_credentials(
     }
     try:
         for path, text in contents.items():
-            atomic_write_text(path, text, mode=SECRET_MODE)
+            write_text_atomic(path, text, mode=SECRET_MODE)
     except OSError as error:
         raise CredentialsError(f"cannot write credentials under {out}: {error.strerror}.", hint="choose a writable --out folder.") from None
     log.info("wrote credentials for hosts %s under %s (valid %d days)", ", ".join(host_list), out, days)

@@ -18,7 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from hetcluster.agent import auth
-from hetcluster.agent.config import AgentConfig, atomic_write_text, join_host_port
+from hetcluster.agent.config import AgentConfig, join_host_port
+from hetcluster.fileio import write_text_atomic
 from hetcluster.agent.deviceinfo import collect_device_info
 from hetcluster.agent.notify import Notifier
 from hetcluster.agent.servicer import AgentServicer
@@ -104,7 +105,7 @@ class AgentServer:
         self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         if self.config.port_file is not None:
-            atomic_write_text(self.config.port_file, self.address + "\n")
+            write_text_atomic(self.config.port_file, self.address + "\n")
         log.info("agent %s serving on %s (%s)", self.config.name, self.address, "TLS" if self.tls else "plaintext")
         return self
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from hetcluster.agent.config import atomic_write_text
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ClusterState:
         return Path(self.state_dir) / STATE_FILE
 
     def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(asdict(self), indent=2) + "\n", mode=0o600)
+        write_text_atomic(self.path, json.dumps(asdict(self), indent=2) + "\n", mode=0o600)
 
     def alive_agents(self) -> int:
         return sum(1 for d in self.devices if d.agent is not None and d.agent.process() is not None)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from hetcluster.fileio import write_atomic
 from hetcluster.memory.plan import MemoryPlan
 
 _ORDER = ("baseline", "liveness", "liveness_offload", "liveness_offload_recompute",
@@ -34,14 +33,8 @@ def plot_timelines(plan: MemoryPlan, path: Path) -> Path:
     ax.set_title(f"{plan.model}, batch {plan.batch_size}, {plan.device_kind}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".memplot-", suffix=path.suffix or ".png", dir=path.parent or Path("."))
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        path = write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format=Path(path).suffix.lstrip(".") or "png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from hetcluster.errors import ProfileError
+from hetcluster.fileio import write_text_atomic
 from hetcluster.planner.inputs import DeviceMeasurement, RunMeasurement
 
 REQUIRED_COLUMNS = ("devices", "steps", "time_s", "steps_per_s", "power_w")
@@ -104,13 +103,4 @@ def write_trace(path: str | Path, devices, runs) -> None:
             "class_key": (solo.class_key or "") if solo else "",
             "per_device_steps": json.dumps(run.per_device_steps) if run.per_device_steps else "",
         })
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            pd.DataFrame(rows).to_csv(handle, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, pd.DataFrame(rows).to_csv(index=False))
