@@ -67,7 +67,7 @@ FULL = (
 # The reduced configuration (CI and a quick look): two light models, fewer steps.
 REDUCED = (
     Setting("small_cnn", "16x16x3", 16, 120, pretrain_steps=12, warmup_steps=3),
-    Setting("mobilenet_v2", "32x32x3", 8, 60, pretrain_steps=10, warmup_steps=3),
+    Setting("mobilenet_v2", "32x32x3", 8, 80, pretrain_steps=8, warmup_steps=2),
 )
 
 
