@@ -91,14 +91,18 @@ def test_models_and_configurations_tables() -> None:
     assert failed["predicted_time_s"] == 30
 
 
-def test_render_only_writes_tables_and_figures(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
+def write_raw_results(out_dir: Path) -> tuple:
+    """RUNS as a choice-accuracy run leaves them in OUT_DIR/raw/; returns the matching settings."""
+    raw = out_dir / "raw"
     raw.mkdir()
     for model, setting, ev in RUNS:
         (raw / f"{model}.json").write_text(json.dumps(ev))
         (raw / f"{model}.setting.json").write_text(json.dumps({"model": model, **setting}))
-    settings = tuple(choice_accuracy.Setting(m, s["input_shape"], s["batch_size"], s["total_steps"]) for m, s, _ in RUNS)
-    frames = choice_accuracy.render(tmp_path, settings)
+    return tuple(choice_accuracy.Setting(m, s["input_shape"], s["batch_size"], s["total_steps"]) for m, s, _ in RUNS)
+
+
+def test_render_only_writes_tables_and_figures(tmp_path: Path) -> None:
+    frames = choice_accuracy.render(tmp_path, write_raw_results(tmp_path))
     for name in ("choices", "models", "configurations", "summary"):
         assert pd.read_csv(tmp_path / f"{name}.csv").shape[0] == len(frames[name])
     for name in ("accuracy", "errors", "predicted_vs_measured"):

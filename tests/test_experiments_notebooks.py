@@ -41,16 +41,10 @@ def test_memory_capacity_notebook_scheduler_fits_at_least_plain(tmp_path: Path) 
 
 def test_choice_accuracy_notebook_renders_results(tmp_path: Path) -> None:
     import choice_accuracy
-    from test_experiments_accuracy import RUNS
-
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for model, setting, ev in RUNS:
-        (raw / f"{model}.json").write_text(json.dumps(ev))
-        (raw / f"{model}.setting.json").write_text(json.dumps({"model": model, **setting}))
-    settings = tuple(choice_accuracy.Setting(m, s["input_shape"], s["batch_size"], s["total_steps"]) for m, s, _ in RUNS)
-    choice_accuracy.render(tmp_path, settings)
     from common import machine_info
+    from test_experiments_accuracy import write_raw_results
+
+    choice_accuracy.render(tmp_path, write_raw_results(tmp_path))
 
     (tmp_path / "machine.json").write_text(json.dumps({"before": machine_info(), "after": machine_info(),
                                                        "command": "test"}))
