@@ -19,7 +19,7 @@ trap cleanup EXIT
 cleanup
 
 echo "== 1. emulated fleet: $devices"
-hetcluster cluster up --devices "$devices" --state-dir "$state" --out "$out/cluster.toml"
+hetcluster cluster up --name demo --devices "$devices" --state-dir "$state" --out "$out/cluster.toml"
 hetcluster cluster status --inventory "$out/cluster.toml"
 
 echo "== 2. pre-training and the EDP plan"
