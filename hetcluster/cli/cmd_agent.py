@@ -90,7 +90,7 @@ def info(
 
 
 def _print_table(address: str, healthy: bool, device, sample, tasks) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
+    from hetcluster.cli.console import make_console
     from rich.table import Table
 
     table = Table(title=f"agent {device.device_name} at {address}", show_header=False)
@@ -116,7 +116,7 @@ def _print_table(address: str, healthy: bool, device, sample, tasks) -> None:  #
     rows.append(("tasks", ", ".join(f"{t.task_id}={t.state}" for t in tasks) or "none"))
     for key, value in rows:
         table.add_row(key, value)
-    Console().print(table)
+    make_console().print(table)
 
 
 def register(app: typer.Typer) -> None:

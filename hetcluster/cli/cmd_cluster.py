@@ -72,7 +72,7 @@ def status(
                                "devices": [row.to_dict() for row in rows]}, indent=2))
     else:
         from rich import box
-        from rich.console import Console
+        from hetcluster.cli.console import make_console
         from rich.table import Table
 
         table = Table(title=f"cluster {inventory.name} ({inventory.network})", box=box.SIMPLE_HEAD)
@@ -88,7 +88,7 @@ def status(
                 f"{row.compute_share:g}" if row.compute_share else "-",
                 _gib(row.memory_budget_bytes),
             )
-        Console().print(table)
+        make_console().print(table)
     if not all(row.healthy for row in rows):
         raise typer.Exit(1)
 

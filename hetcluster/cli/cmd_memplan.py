@@ -60,10 +60,10 @@ def memplan(
 
 
 def _print_table(plan) -> None:  # type: ignore[no-untyped-def]
-    from rich.console import Console
+    from hetcluster.cli.console import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     verdict = "[green]fits[/green]" if plan.fits else "[red]does not fit[/red]"
     console.print(f"{plan.model}, batch {plan.batch_size}, {plan.device_kind}: budget {_mib(plan.budget_bytes)} — "
                   f"{verdict} with [bold]{plan.technique}[/bold], predicted peak {_mib(plan.predicted_peak_bytes)}, "

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
+from hetcluster.cli.console import make_console
 
 
 def plan_command(
@@ -40,13 +41,13 @@ def plan_command(
                      warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
                      max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                      device_kind=device_kind, output_format=output_format,
-                     console=Console(stderr=output_format != "table"))[0]
+                     console=make_console(stderr=output_format != "table"))[0]
     from hetcluster.cli.plan_output import plot_pareto, render
 
     render(plan, output_format)
     if plot is not None:
         plot_pareto(plan.table, plan.chosen, plot)
-        Console(stderr=True).print(f"Pareto plot: {plot}")
+        make_console(stderr=True).print(f"Pareto plot: {plot}")
 
 
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from hetcluster.cli import job_options as opt
+from hetcluster.cli.console import make_console
 
 
 def profile_command(
@@ -27,7 +27,7 @@ def profile_command(
     """Pre-train the job on every device alone and on calibration sets; save the profile."""
     from hetcluster.cli.pretraining import run_pretraining_with_display
 
-    console = Console()
+    console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)

@@ -69,9 +69,9 @@ def plan_table(plan, top: int = DEFAULT_TOP_ROWS):
 
 
 def print_table(plan, top: int = DEFAULT_TOP_ROWS, console=None) -> None:
-    from rich.console import Console
+    from hetcluster.cli.console import make_console
 
-    (console or Console()).print(plan_table(plan, top))
+    (console or make_console()).print(plan_table(plan, top))
 
 
 def _row_record(row: dict) -> dict:
