@@ -14,6 +14,8 @@ Both train small_cnn (32x32x3, batch 32) with 20 warm-up steps and then time ``-
 Prints each pair and the median ratio hetcluster / bare (target >= 0.97).
 
     .venv/bin/python benchmarks/ps_overhead.py --inventory cluster.toml --devices server,jetson-nano [--steps 300] [--reps 3]
+
+``--no-power`` leaves the PowerRecorders out, to tell their cost from the engine's.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def main() -> None:
     parser.add_argument("--devices", default="server,jetson-nano", help="The fixed subset (comma-separated).")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--power-rate-hz", type=float, default=10.0, help="PowerRecorder rate during the hetcluster runs.")
+    parser.add_argument("--no-power", action="store_true",
+                        help="Diagnosis: no PowerRecorders during the hetcluster runs (engine path alone).")
     args = parser.parse_args()
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
@@ -63,14 +68,15 @@ def main() -> None:
         cluster_spec = launched.addresses.cluster_spec_dict()
         for rep in range(args.reps):
             bare = bare_steps_per_s(cluster_spec, args.steps)
-            with PowerMeter(inventory, chosen) as meter:
+            with PowerMeter(inventory, [] if args.no_power else chosen, rate_hz=args.power_rate_hz) as meter:
                 result = train_on(launched, chosen, spec, meter, on_progress=lambda *_: None, run_timeout_s=900)
             ratios.append(result.steps_per_s / bare)
             print(f"rep {rep}: bare PSS loop {bare:.2f} steps/s, hetcluster {result.steps_per_s:.2f} steps/s "
                   f"({', '.join(f'{w} {s}' for w, s in result.steps_per_worker.items())}), ratio {ratios[-1]:.3f}",
                   flush=True)
     print(f"median ratio hetcluster/bare: {statistics.median(ratios):.3f} over {len(ratios)} pairs "
-          f"(small_cnn 32x32x3, batch 32, workers {'+'.join(chosen)}, {args.steps} timed steps; "
+          f"(small_cnn 32x32x3, batch 32, workers {'+'.join(chosen)}, {args.steps} timed steps, "
+          f"power recorders {'off' if args.no_power else f'at {args.power_rate_hz:g} Hz'}; "
           f"load average {os.getloadavg()[0]:.1f})")
 
 

@@ -166,7 +166,7 @@ def evaluation_tables(evaluation: dict[str, Any]) -> Any:
     from rich.table import Table
 
     configs = Table(title="configurations: predicted / measured", box=box.SIMPLE_HEAD)
-    configs.add_column("devices")
+    configs.add_column("devices", overflow="fold")
     for header in ("time s", "power W", "energy J", "EDP J·s"):
         configs.add_column(header, justify="right")
     for row in evaluation["configurations"]:

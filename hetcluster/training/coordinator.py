@@ -31,6 +31,12 @@ from hetcluster.training.spec import RunResult, TrainSpec
 
 log = logging.getLogger(__name__)
 
+# Power sampling rate while a job trains. The emulated agents' power model runs on the coordinator's
+# host and costs CPU: on the 2-core test machine 10 Hz on two devices slowed training to 0.73 of a
+# bare PSS loop, 2 Hz to 0.91, none to 1.01 (benchmarks/ps_overhead.py). The model averages the
+# utilisation over each interval, so fewer samples lose resolution, not energy; runs last minutes.
+TRAIN_POWER_RATE_HZ = 2.0
+
 # on_progress(done, to_do, elapsed_s, power_w): applied steps of this run, its target, seconds, live watts
 ProgressFn = Callable[[int, int, float, float], None]
 
@@ -133,7 +139,7 @@ def metered_devices(inventory: Any, chosen: Sequence[str]) -> list[str]:
 def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
                    on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None,
                    on_launched: Callable[[Any], None] | None = None, round_steps: int = 0,
-                   power_rate_hz: float = 10.0, ready_timeout_s: float = 180.0,
+                   power_rate_hz: float = TRAIN_POWER_RATE_HZ, ready_timeout_s: float = 180.0,
                    run_timeout_s: float | None = None, log_path: Path | None = None) -> MeasuredRun:
     """Launch workers on ``chosen`` (+ a local PS), train ``spec`` to its total, meter, stop.
 
