@@ -5,7 +5,7 @@ One cluster is launched through the agents of a fixed subset (``launch_cluster``
 each device, the PS here). On those servers, alternately:
 
 * **hetcluster** — ``coordinator.train_on``: what `hetcluster train` runs once the servers are up
-  (PowerRecorders streaming every chosen device's power at 10 Hz, the engine in a fresh process
+  (PowerRecorders streaming every chosen device's power at TRAIN_POWER_RATE_HZ, the engine in a fresh process
   via ``run_in_subprocess`` with its progress relay, exact-step gating and timestamps);
 * **bare** — the textbook PSS loop (``benchmarks/training_engine_overhead.bare_loop``) in a fresh
   process.
@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--devices", default="server,jetson-nano", help="The fixed subset (comma-separated).")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--power-rate-hz", type=float, default=10.0, help="PowerRecorder rate during the hetcluster runs.")
+    parser.add_argument("--power-rate-hz", type=float, default=0.0,
+                        help="PowerRecorder rate during the hetcluster runs (default: what `hetcluster train` uses).")
     parser.add_argument("--no-power", action="store_true",
                         help="Diagnosis: no PowerRecorders during the hetcluster runs (engine path alone).")
     args = parser.parse_args()
@@ -55,10 +56,11 @@ def main() -> None:
 
     from hetcluster.inventory import load_inventory
     from hetcluster.models.spec import ModelSpec
-    from hetcluster.training.coordinator import PowerMeter, train_on
+    from hetcluster.training.coordinator import TRAIN_POWER_RATE_HZ, PowerMeter, train_on
     from hetcluster.training.launch import launch_cluster
     from hetcluster.training.spec import TrainSpec
 
+    args.power_rate_hz = args.power_rate_hz or TRAIN_POWER_RATE_HZ
     inventory = load_inventory(args.inventory)
     chosen = [name.strip() for name in args.devices.split(",") if name.strip()]
     spec = TrainSpec(model=ModelSpec("small_cnn", (32, 32, 3), 10, 32), total_steps=args.steps + WARMUP_STEPS,

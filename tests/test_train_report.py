@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from hetcluster.training.report import JobMetrics, TrainReport, measured_metrics, relative_errors, report_table
+from hetcluster.cli.train_output import report_table
+from hetcluster.training.report import JobMetrics, TrainReport, measured_metrics, relative_errors
 
 
 def test_measured_metrics_add_pretraining_and_take_power_from_the_run():

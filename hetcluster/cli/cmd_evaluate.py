@@ -78,6 +78,8 @@ def evaluate_command(
         max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
     evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
                                 out, console, round_steps=round_steps)
+    from hetcluster.cli.train_output import evaluation_tables
+
     console.print(evaluation_tables(evaluation))
     console.print(f"result: {out}")
 
@@ -157,37 +159,6 @@ def evaluation_dict(results: list[Any], choices: dict[str, tuple[str, ...]], pre
                                 for d in profile.devices},
                     "excluded": dict(profile.excluded)},
     }
-
-
-def evaluation_tables(evaluation: dict[str, Any]) -> Any:
-    """Rich tables: every configuration predicted/measured, then each objective and the MAPE."""
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
-
-    configs = Table(title="configurations: predicted / measured", box=box.SIMPLE_HEAD)
-    configs.add_column("devices", overflow="fold")
-    for header in ("time s", "power W", "energy J", "EDP J·s"):
-        configs.add_column(header, justify="right")
-    for row in evaluation["configurations"]:
-        p, m = row["predicted"], row["measured"]
-        cells = [f"{p[k]:.4g} / {m[k]:.4g}" if m else f"{p[k]:.4g} / failed" for k in ("time_s", "power_w", "energy_j", "edp_js")]
-        configs.add_row("+".join(row["devices"]), *cells)
-    scores = Table(title="objectives", box=box.SIMPLE_HEAD)
-    for header in ("objective", "chosen", "measured best", "exact", "regret"):
-        scores.add_column(header)
-    for name, o in evaluation["objectives"].items():
-        regret = "-" if o["regret"] is None else f"{o['regret']:.1%}"
-        scores.add_row(name, "+".join(o["chosen"]), "+".join(o["best"] or []), str(o["exact"]), regret)
-    m, mt = evaluation["mape"], evaluation["mape_training_phase"]
-    fmt = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
-    pre = evaluation["pretrain"]
-    overhead = "-" if pre["overhead"] is None else f"{pre['overhead']:.1%}"
-    summary = (f"MAPE whole job: time {fmt(m['time_s'])}, power {fmt(m['power_w'])}, energy {fmt(m['energy_j'])}; "
-               f"training phase: time {fmt(mt['time_s'])}, energy {fmt(mt['energy_j'])}\n"
-               f"exact choices: {fmt(evaluation['exact_rate'])} (reference paper: 76.67%); pre-training "
-               f"{pre['steps']} steps, {pre['time_s']:.1f} s, overhead {overhead} of the edp choice's job")
-    return Group(configs, scores, summary)
 
 
 def register(app: typer.Typer) -> None:

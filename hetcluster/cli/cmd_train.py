@@ -87,7 +87,7 @@ def train_command(
 
 
 def _report_table(report: Any) -> Any:
-    from hetcluster.training.report import report_table
+    from hetcluster.cli.train_output import report_table
 
     return report_table(report)
 

@@ -13,7 +13,8 @@ Both sides describe the SAME whole job, so they can be compared directly:
   average draw while the job trains, pre-training not included);
 * ``edp_js`` = energy_j × time_s.
 
-Kept free of TensorFlow and gRPC: the CLI, the evaluation harness and tests build it from plain data.
+Kept free of TensorFlow and gRPC: the CLI, the evaluation harness and tests build it from plain data;
+hetcluster/cli/train_output.py renders it.
 """
 
 from __future__ import annotations
@@ -101,37 +102,3 @@ class TrainReport:
             "errors": "(predicted - measured) / measured",
         }
         return data
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def report_table(report: TrainReport) -> Any:
-    """A rich Table: predicted, measured and error per metric, then steps per worker."""
-    from rich import box
-    from rich.table import Table
-
-    status = " (stopped early)" if report.stopped else ""
-    table = Table(title=f"job on {' + '.join(report.chosen)} by {report.objective}{status}", box=box.SIMPLE_HEAD)
-    for header in ("", "predicted", "measured", "error"):
-        table.add_column(header, justify="right" if header else "left")
-    errors = report.errors
-    for name, unit in zip(METRICS, ("s", "W", "J", "J·s")):
-        error = errors[name]
-        table.add_row(name.rsplit("_", 1)[0], _fmt(getattr(report.predicted, name), unit),
-                      _fmt(getattr(report.measured, name), unit), "-" if error is None else f"{error:+.1%}")
-    table.add_section()
-    for worker, steps in report.steps_per_worker.items():
-        lost = " [red](lost)[/]" if worker in report.lost_workers else ""
-        table.add_row(f"steps on {worker}{lost}", "", str(steps), "")
-    if report.steps_unattributed:
-        table.add_row("steps by lost workers", "", str(report.steps_unattributed), "")
-    table.add_row("steps in all", "", f"{report.steps_total} ({report.steps_restored} restored)", "")
-    table.add_row("final loss", "", "-" if report.final_loss is None else f"{report.final_loss:.4f}", "")
-    return table

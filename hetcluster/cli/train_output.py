@@ -1,0 +1,65 @@
+"""Rendering what `hetcluster train` and `hetcluster evaluate` measured: rich tables only (the
+numbers are computed in training/report.py and evaluation/scoring.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetcluster.cli.plan_output import _fmt
+from hetcluster.training.report import METRICS, TrainReport
+
+
+def report_table(report: TrainReport) -> Any:
+    """A rich Table: predicted, measured and error per metric, then steps per worker."""
+    from rich import box
+    from rich.table import Table
+
+    status = " (stopped early)" if report.stopped else ""
+    table = Table(title=f"job on {' + '.join(report.chosen)} by {report.objective}{status}", box=box.SIMPLE_HEAD)
+    for header in ("", "predicted", "measured", "error"):
+        table.add_column(header, justify="right" if header else "left")
+    errors = report.errors
+    for name, unit in zip(METRICS, ("s", "W", "J", "J·s")):
+        error = errors[name]
+        table.add_row(name.rsplit("_", 1)[0], _fmt(getattr(report.predicted, name), unit),
+                      _fmt(getattr(report.measured, name), unit), "-" if error is None else f"{error:+.1%}")
+    table.add_section()
+    for worker, steps in report.steps_per_worker.items():
+        lost = " [red](lost)[/]" if worker in report.lost_workers else ""
+        table.add_row(f"steps on {worker}{lost}", "", str(steps), "")
+    if report.steps_unattributed:
+        table.add_row("steps by lost workers", "", str(report.steps_unattributed), "")
+    table.add_row("steps in all", "", f"{report.steps_total} ({report.steps_restored} restored)", "")
+    table.add_row("final loss", "", "-" if report.final_loss is None else f"{report.final_loss:.4f}", "")
+    return table
+
+
+def evaluation_tables(evaluation: dict[str, Any]) -> Any:
+    """Rich tables: every configuration predicted/measured, then each objective and the MAPE."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    configs = Table(title="configurations: predicted / measured", box=box.SIMPLE_HEAD)
+    configs.add_column("devices", overflow="fold")
+    for header in ("time s", "power W", "energy J", "EDP J·s"):
+        configs.add_column(header, justify="right")
+    for row in evaluation["configurations"]:
+        p, m = row["predicted"], row["measured"]
+        cells = [f"{p[k]:.4g} / {m[k]:.4g}" if m else f"{p[k]:.4g} / failed" for k in ("time_s", "power_w", "energy_j", "edp_js")]
+        configs.add_row("+".join(row["devices"]), *cells)
+    scores = Table(title="objectives", box=box.SIMPLE_HEAD)
+    for header in ("objective", "chosen", "measured best", "exact", "regret"):
+        scores.add_column(header)
+    for name, o in evaluation["objectives"].items():
+        regret = "-" if o["regret"] is None else f"{o['regret']:.1%}"
+        scores.add_row(name, "+".join(o["chosen"]), "+".join(o["best"] or []), str(o["exact"]), regret)
+    m, mt = evaluation["mape"], evaluation["mape_training_phase"]
+    fmt = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+    pre = evaluation["pretrain"]
+    overhead = "-" if pre["overhead"] is None else f"{pre['overhead']:.1%}"
+    summary = (f"MAPE whole job: time {fmt(m['time_s'])}, power {fmt(m['power_w'])}, energy {fmt(m['energy_j'])}; "
+               f"training phase: time {fmt(mt['time_s'])}, energy {fmt(mt['energy_j'])}\n"
+               f"exact choices: {fmt(evaluation['exact_rate'])} (reference paper: 76.67%); pre-training "
+               f"{pre['steps']} steps, {pre['time_s']:.1f} s, overhead {overhead} of the edp choice's job")
+    return Group(configs, scores, summary)
