@@ -12,7 +12,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
   configurations.csv  every configuration's predicted and measured time/power/energy/EDP
   summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
   accuracy.png, errors.png, predicted_vs_measured.png
-  machine.json        CPU model, cores, load before/after, date, git commit, the command line
+  machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--out-dir DIR]
@@ -74,13 +74,15 @@ REDUCED = (
 def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path) -> dict[str, Any]:
     """`hetcluster evaluate` for one model; returns its JSON with the wall time added to the setting."""
     out = raw_dir / f"{setting.model}.json"
+    shutil.rmtree(work_dir / setting.model, ignore_errors=True)  # pre-training would resume an old checkpoint
     started = time.monotonic()
     run_cli(["evaluate", "--inventory", inventory, "--model", setting.model, "--input-shape", setting.input_shape,
              "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
              "--pretrain-steps", setting.pretrain_steps, "--warmup-steps", setting.warmup_steps,
              "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out],
             raw_dir / "evaluate.log")
-    record = {"setting": {**asdict(setting), "wall_s": time.monotonic() - started}, "evaluation": read_json(out)}
+    record = {"setting": {**asdict(setting), "wall_s": time.monotonic() - started, "machine_after": machine_info()},
+              "evaluation": read_json(out)}
     write_json(raw_dir / f"{setting.model}.setting.json", record["setting"])
     return record
 
@@ -155,7 +157,15 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
                 evaluate_model(setting, inventory, raw_dir, work_dir)
     shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results
     machine["after"] = machine_info()
-    write_json(out_dir / "machine.json", machine)
+    write_json(out_dir / "machine.json", {"runs": previous_runs(out_dir / "machine.json") + [machine]})
+
+
+def previous_runs(path: Path) -> list[dict[str, Any]]:
+    """The machine records of earlier runs into the same folder (a resumed run keeps them)."""
+    if not path.exists():
+        return []
+    old = read_json(path)
+    return old["runs"] if "runs" in old else [old]
 
 
 if __name__ == "__main__":

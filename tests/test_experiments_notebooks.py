@@ -46,8 +46,8 @@ def test_choice_accuracy_notebook_renders_results(tmp_path: Path) -> None:
 
     choice_accuracy.render(tmp_path, write_raw_results(tmp_path))
 
-    (tmp_path / "machine.json").write_text(json.dumps({"before": machine_info(), "after": machine_info(),
-                                                       "command": "test"}))
+    run = {"before": machine_info(), "after": machine_info(), "command": "test", "models_run_now": ["m1", "m2"]}
+    (tmp_path / "machine.json").write_text(json.dumps({"runs": [run]}))
     nb = execute("choice_accuracy", {"HETCLUSTER_CHOICE_ACCURACY_DIR": str(tmp_path)}, timeout_s=300)
     text = "".join(o.get("text", "") + json.dumps(o.get("data", {})) for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
