@@ -149,15 +149,20 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
     machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(PLATFORMS),
                "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
     work_dir = state_dir / "work"
-    if todo:
-        with emulated_fleet(state_dir, PLATFORMS, name=f"choice-accuracy-{out_dir.name}", log_path=raw_dir / "evaluate.log") as inventory:
-            for setting in todo:
-                log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
-                         setting.batch_size, setting.total_steps)
-                evaluate_model(setting, inventory, raw_dir, work_dir)
-    shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results
-    machine["after"] = machine_info()
-    write_json(out_dir / "machine.json", {"runs": previous_runs(out_dir / "machine.json") + [machine]})
+    finished = []
+    try:
+        if todo:
+            with emulated_fleet(state_dir, PLATFORMS, name=f"choice-accuracy-{out_dir.name}",
+                                log_path=raw_dir / "evaluate.log") as inventory:
+                for setting in todo:
+                    log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
+                             setting.batch_size, setting.total_steps)
+                    evaluate_model(setting, inventory, raw_dir, work_dir)
+                    finished.append(setting.model)
+    finally:  # an interrupted run still records what it finished; rerunning the command resumes
+        shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results
+        machine.update(after=machine_info(), models_finished=finished)
+        write_json(out_dir / "machine.json", {"runs": previous_runs(out_dir / "machine.json") + [machine]})
 
 
 def previous_runs(path: Path) -> list[dict[str, Any]]:

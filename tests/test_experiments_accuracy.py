@@ -127,3 +127,12 @@ def test_full_configuration_has_five_models_on_three_platforms() -> None:
 
     assert len({s.model for s in choice_accuracy.FULL}) == 5
     assert PLATFORMS == ("server", "jetson-nano", "phone")
+
+
+def test_machine_records_of_earlier_runs_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "machine.json"
+    assert choice_accuracy.previous_runs(path) == []
+    path.write_text(json.dumps({"command": "old format", "before": {}}))
+    assert choice_accuracy.previous_runs(path) == [{"command": "old format", "before": {}}]
+    path.write_text(json.dumps({"runs": [{"command": "a"}, {"command": "b"}]}))
+    assert [r["command"] for r in choice_accuracy.previous_runs(path)] == ["a", "b"]
