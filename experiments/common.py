@@ -50,10 +50,17 @@ def run_cli(args: Sequence[str], log_path: Path | None = None, timeout_s: float 
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
-            fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n[exit {proc.returncode}]\n")
+            fh.write(f"$ {' '.join(cmd)}\n{_clip(proc.stdout)}{_clip(proc.stderr)}\n[exit {proc.returncode}]\n")
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return proc.stdout
+
+
+def _clip(text: str, keep_chars: int = 3000) -> str:
+    """Head and tail of a long output (a plan's JSON, progress bars): the log stays small enough to commit."""
+    if len(text) <= 2 * keep_chars:
+        return text
+    return f"{text[:keep_chars]}\n[... {len(text) - 2 * keep_chars} characters left out ...]\n{text[-keep_chars:]}"
 
 
 @contextlib.contextmanager
