@@ -14,8 +14,10 @@ applied update) rather than by closures, (2) schedules in rounds only ``total - 
 closures, joins, re-reads ``iterations`` and schedules again if failures left it short, and (3)
 gates each update inside the step (``iterations < total`` else the gradients are not applied), so
 a retried closure whose first execution already counted is a no-op once the total is reached.
-The remaining gap is a retried closure racing another worker's final update inside one round; it
-needs a worker failure at that exact moment, and the reported ``steps_applied`` is still the true
+The gate is check-then-apply, not atomic: workers that read ``total - 1`` together all apply, so
+over-scheduled closures can overshoot by up to ``workers - 1``. Rounds never over-schedule; the
+remaining gap is a retried closure racing other workers' final updates inside one round (it needs
+a worker failure at that moment), and the reported ``steps_applied`` is still the true
 ``iterations`` count.
 
 Worker identity per step: ``tf.distribute.coordinator.experimental_get_current_worker_index()``
