@@ -198,7 +198,10 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
                 steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()),
                 energy_j=sum(phase.recorders[n].energy_j(t0, t1) for n in members),
-                per_device_steps=dict(result.steps_per_worker), per_device_power_w=per_device_w))
+                # the planner reads per_device_steps / time_s as each device's throughput in the set:
+                # give it each worker's steady rate over the window (see RunResult.worker_steps_per_s)
+                per_device_steps={n: max(1, round(rate * (t1 - t0))) for n, rate in result.worker_steps_per_s().items()},
+                per_device_power_w=per_device_w))
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a
         # device waits, powered), matching pretrain_time_s, which is the phase's wall time too
