@@ -21,7 +21,7 @@ from train_fleet import MODEL_ARGS, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
-TOTAL = 240
+TOTAL = 600  # long enough (~12 s at ~50 steps/s) for the ledger, rewritten every 5 s, to show progress before the end
 
 
 @pytest.fixture(scope="module")
