@@ -74,7 +74,10 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     [run] = profile.runs
     assert set(run.devices) == {"fast", "slow"} and run.steps == 10 and run.steps_per_s > 0
     assert run.power_w == pytest.approx(9.0, rel=0.1)
-    assert sum(run.per_device_steps.values()) == 12
+    # per-device figures are each worker's steady rate over the window (as step counts), so they
+    # add up to the set's throughput (up to rounding of these small counts)
+    assert set(run.per_device_steps) == {"fast", "slow"} and min(run.per_device_steps.values()) >= 1
+    assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=0.3)
     # three runs of 12 steps continued one checkpoint: the steps count toward the job
     assert profile.pretrain_steps == 36 and checkpoint_steps(ckpt) == 36
     assert profile.checkpoint_path.endswith("ckpt-36")
