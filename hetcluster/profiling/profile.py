@@ -9,12 +9,12 @@ profile into the planner's ``DeviceMeasurement``/``RunMeasurement``/``JobSpec``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hetcluster.errors import ProfileError
+from hetcluster.fileio import write_bytes_atomic
 
 FORMAT_VERSION = 1
 
@@ -104,12 +104,6 @@ class Profile:
         return rows
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
-
-
 def save_profile(profile: Profile, path: Path | str) -> tuple[Path, Path]:
     """Write ``<stem>.json`` and ``<stem>.parquet`` next to ``path``; return both paths."""
     import io
@@ -122,8 +116,8 @@ def save_profile(profile: Profile, path: Path | str) -> tuple[Path, Path]:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     pd.DataFrame(profile.rows()).to_parquet(buffer, index=False)
-    _atomic_write_bytes(parquet_path, buffer.getvalue())
-    _atomic_write_bytes(json_path, json.dumps(profile.to_dict(), indent=2).encode("utf-8"))
+    write_bytes_atomic(parquet_path, buffer.getvalue())
+    write_bytes_atomic(json_path, json.dumps(profile.to_dict(), indent=2).encode("utf-8"))
     return json_path, parquet_path
 
 

@@ -30,15 +30,10 @@ from pathlib import Path
 from typing import Callable
 
 from hetcluster.errors import HetclusterError, TrainingError
+from hetcluster.fileio import write_json_atomic
 from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
 
 log = logging.getLogger(__name__)
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - report anything to the parent rather than die silently
         log.exception("training run crashed")
         payload, code = {"error": f"{type(exc).__name__}: {exc}", "error_type": "TrainingError"}, 2
-    _write_json_atomic(args.result, payload)
+    write_json_atomic(args.result, payload)
     if progress_file is not None:
         progress_file.close()
     sys.stderr.flush()
