@@ -124,6 +124,7 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     _wait_for(lambda: checkpoint_steps(checkpoints) >= interrupted_at + 40, process)
     process.kill()
     process.wait()
+    time.sleep(2.0)  # its training process notices the dead parent within 0.5 s and exits
     last_checkpoint = checkpoint_steps(checkpoints)
 
     out = _finish(_train(fleet, workdir, "--resume"))

@@ -36,6 +36,14 @@ from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
 log = logging.getLogger(__name__)
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """A coordinator killed outright (SIGKILL) must not leave its run training on: an orphan
+    would keep applying steps and writing checkpoints behind a resumed coordinator's back."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one hetcluster training run.")
     parser.add_argument("--job", required=True, type=Path)
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     # the parent sends SIGUSR1 before killing a run that overran: every thread's stack goes to the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
