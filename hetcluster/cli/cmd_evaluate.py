@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
+from hetcluster.cli.console import make_console
 
 OVERHEAD_OBJECTIVE = "edp"
 
@@ -66,7 +67,7 @@ def evaluate_command(
     """Train every configuration from one pre-training checkpoint and score the planner's choices."""
     from hetcluster.cli.cmd_plan import make_plan
 
-    console = Console()
+    console = make_console()
     names = parse_objectives(objectives)
     workdir = workdir.resolve()
     fleet = opt.load_fleet(inventory)

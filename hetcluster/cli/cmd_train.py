@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
+from hetcluster.cli.console import make_console
 
 CHECKPOINT_EVERY = typer.Option(0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end).")
 REPORT = typer.Option(None, "--report", help="Write the report as JSON here (atomically).")
@@ -59,7 +60,7 @@ def train_command(
 
     if checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
-    console = Console()
+    console = make_console()
     workdir = workdir.resolve()
     previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     try:
