@@ -155,10 +155,9 @@ def evaluation_dict(results: list[Any], choices: dict[str, tuple[str, ...]], pre
         "mape": mape(results),
         "mape_training_phase": mape(results, pretrain["time_s"], pretrain["energy_j"]),
         "exact_rate": sum(bool(o["exact"]) for o in scored) / len(scored) if scored else None,
-        "profile": {"devices": {d.name: {"steps_per_s": d.steps_per_s, "busy_power_w": d.busy_power_w,
-                                         "idle_power_w": d.idle_power_w, "steps_per_s_std": d.steps_per_s_std}
-                                for d in profile.devices},
-                    "excluded": dict(profile.excluded)},
+        # the whole profile: with the measured configurations above, enough to re-plan offline
+        # (a later planner can be scored against the same ground truth without training again)
+        "profile": profile.to_dict(),
     }
 
 

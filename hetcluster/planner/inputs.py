@@ -28,6 +28,8 @@ class DeviceMeasurement:
     memory_slowdown: float = 1.0  # step-time multiplier of the memory plan (enters the time estimate)
     class_key: str | None = None  # identical devices share a key (class aggregation)
     steps_per_s_std: float = 0.0  # spread of the solo measurement (for uncertainty)
+    first_step_s: float = 0.0     # run start → first completed step (graph set-up, first step)
+    startup_s: float = 0.0        # intercept of the steady line: N steps alone take ≈ startup_s + N/rate
 
 
 @dataclass(frozen=True)

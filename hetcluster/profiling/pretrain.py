@@ -143,6 +143,21 @@ def _rate_std(result: Any) -> float:
     return result.steps_per_s * statistics.stdev(intervals) / mean / math.sqrt(len(intervals))
 
 
+def _startup(result: Any) -> tuple[float, float]:
+    """(first_step_s, startup_s) of a solo run, both from the run's start (see DeviceProfile)."""
+    ends = sorted(end for _, end, _ in result.step_times)
+    if not ends:
+        return 0.0, 0.0
+    first_step_s = max(0.0, ends[0] - result.start_wall_s)
+    t0, t1, steps = result.measurement_window()
+    warm = min(result.warmup_steps, len(ends) - 1)
+    if steps <= 0 or t1 <= t0 or warm <= 0:
+        return first_step_s, first_step_s
+    # the steady line through (t0, warm) crosses zero steps at t0 − warm/rate
+    startup_s = (t0 - result.start_wall_s) - warm / result.steps_per_s
+    return first_step_s, min(max(0.0, startup_s), first_step_s)
+
+
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
                     on_event: EventFn | None = None) -> Profile:
@@ -173,11 +188,13 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 phase.exclude(name, "lost during its solo run")
                 continue
             recorder = phase.recorders[name]
+            first_step_s, startup_s = _startup(result)
             devices.append(DeviceProfile(
                 name=name, steps_per_s=result.steps_per_s, steps_per_s_std=_rate_std(result),
                 busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w[name],
                 steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
-                power_source=(recorder.samples[-1].source if recorder.samples else "")))
+                power_source=(recorder.samples[-1].source if recorder.samples else ""),
+                first_step_s=first_step_s, startup_s=startup_s))
         solo = {d.name: d.steps_per_s for d in devices}
         for members in calibration_sets(solo, settings.max_sets):
             members = tuple(phase.usable(members))

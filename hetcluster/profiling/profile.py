@@ -21,7 +21,14 @@ FORMAT_VERSION = 1
 
 @dataclass
 class DeviceProfile:
-    """One device alone: applied steps/s after warm-up, its spread, busy and idle power."""
+    """One device alone: applied steps/s after warm-up, its spread, busy and idle power.
+
+    ``first_step_s``: from the run's start (the coordinator scheduling its first step, the server
+    already up) to the device's first completed step — graph instantiation and the first, slow
+    step. ``startup_s``: where the steady line count(t) = steps_per_s·(t − startup_s) through the
+    end of the warm-up crosses zero, so a run of N steps lasts about startup_s + N/steps_per_s.
+    Both 0 in profiles written before they were recorded.
+    """
 
     name: str
     steps_per_s: float
@@ -32,6 +39,8 @@ class DeviceProfile:
     time_s: float
     energy_j: float
     power_source: str = ""
+    first_step_s: float = 0.0
+    startup_s: float = 0.0
 
 
 @dataclass
@@ -138,7 +147,8 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
     from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement
 
     devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s, busy_power_w=d.busy_power_w,
-                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std)
+                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std,
+                                 first_step_s=d.first_step_s, startup_s=d.startup_s)
                for d in profile.devices]
     runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s, steps_per_s=r.steps_per_s,
                            power_w=r.power_w, per_device_steps=dict(r.per_device_steps),
