@@ -58,6 +58,13 @@ def count_class_configurations(counts) -> int:
     return total - 1
 
 
+def row_sums(matrix: np.ndarray) -> np.ndarray:
+    """Σ over each row of a (rows × a few columns) matrix, as a matrix-vector product: numpy's
+    sum(axis=1) over so few columns is several times slower, and this is the planner's hot path."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    return matrix @ np.ones(matrix.shape[1])
+
+
 def membership(masks: np.ndarray, n: int, dtype=np.float64) -> np.ndarray:
     """Bit masks → 0/1 weight matrix (len(masks) × n), via np.unpackbits on the mask bytes."""
     masks = np.ascontiguousarray(np.asarray(masks, dtype="<i8"))

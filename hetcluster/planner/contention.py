@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetcluster.planner.configurations import row_sums
 from hetcluster.planner.fleet import Units
 
 CHUNK_ROWS = 1 << 12
@@ -47,7 +48,8 @@ class QueuePrediction:
     """Analytic prediction for a batch of configurations."""
 
     steps_per_s: np.ndarray      # R(S)
-    weighted_util: np.ndarray    # Σ_i W_i·g_i·u_i for the g given (e.g. dynamic power)
+    weighted_util: np.ndarray    # Σ_i W_i·g_i·u_i for the g given (e.g. dynamic power); rows × k
+                                 # when g is a (units × k) matrix
     measurement_var: np.ndarray  # Σ_i W_i·(u_i σ_i)²
 
 
@@ -58,9 +60,15 @@ def utilisation(W: np.ndarray, rate: np.ndarray, model: Contention) -> np.ndarra
     return utilisation_rows(W, rate, model.family, np.full(W.shape[0], model.service_s), model.per_worker)
 
 
-def utilisation_rows(W: np.ndarray, rate: np.ndarray, family: str, service_s: np.ndarray, per_worker) -> np.ndarray:
-    """utilisation() with a service time (and κ) per row, so a whole parameter grid is one call."""
-    n = W.sum(axis=1)
+def utilisation_rows(W: np.ndarray | None, rate: np.ndarray, family: str, service_s: np.ndarray, per_worker) -> np.ndarray:
+    """utilisation() with a service time (and κ) per row, so a whole parameter grid is one call.
+    W None: ``rate`` is a (rows × k) matrix of members only (packed rows, weight 1 each)."""
+    if W is None:
+        if family == "waterfill":
+            W = np.ones(rate.shape)
+        n = np.full(rate.shape[0], float(rate.shape[1]))
+    else:
+        n = row_sums(W)
     s_n = service_s * (1.0 + per_worker * np.maximum(n - 1.0, 0.0))
     rate_m = rate if rate.ndim == 2 else rate[None, :]
     if family == "waterfill":
@@ -103,53 +111,83 @@ def waterfill(rates, capacity: float) -> np.ndarray:
     return np.minimum(rates, theta)
 
 
-def _occupancy_terms(W, z, s, Q):
-    """Per-customer Schweitzer terms at total occupancy Q: waits w_i, occupancies Q_i, dQ_i/dQ.
+def _occupancy_terms(W, z, s, Q, with_slope: bool = True):
+    """Per-customer Schweitzer terms at total occupancy Q: waits w_i, the row sums Σ W_i·Q_i and
+    Σ W_i·dQ_i/dQ, and the slopes dQ_i/dQ (W None: every column is a member with weight 1).
 
     w_i is the non-negative root of w² + b·w + c = 0 with b = z_i + s − Q·s and
     c = s·(s − Q·z_i) (from w_i = s·(Q − Q_i)); where it is positive, Q_i = Q − w_i/s and
     dQ_i/dQ = 1 − (w_i + z_i)/√disc, else the worker never waits: Q_i = s/z_i, slope 0.
+    Written with in-place operations: this is the planner's innermost loop (2^20 rows × members).
     """
-    s_col, Q_col = s[:, None], Q[:, None]
-    b = z + s_col * (1.0 - Q_col)
-    root_disc = np.sqrt(np.maximum(b * b - (4.0 * s_col) * (s_col - Q_col * z), 0.0))
-    w = np.maximum(0.5 * (root_disc - b), 0.0)
-    zw = z + w
-    occupancy = (s_col + w) / zw            # = Q − w/s where w > 0, s/z where it is 0
-    slope = (w > 0.0) * (1.0 - zw / np.maximum(root_disc, 1e-30))
-    return w, occupancy, slope
+    s_col = s[:, None]
+    b = z + (s * (1.0 - Q))[:, None]
+    disc = b * b
+    tmp = z * (4.0 * s * Q)[:, None]
+    disc += tmp
+    disc -= (4.0 * s * s)[:, None]
+    np.maximum(disc, 0.0, out=disc)
+    root_disc = np.sqrt(disc, out=disc)
+    w = np.subtract(root_disc, b, out=b)
+    w *= 0.5
+    np.maximum(w, 0.0, out=w)
+    zw = np.add(z, w, out=tmp)
+    occupancy = w + s_col                    # = Q − w/s where w > 0, s/z where it is 0
+    occupancy /= zw
+    ones = np.ones(z.shape[1], dtype=z.dtype)  # row sums as a matrix-vector product: numpy's
+    # sum(axis=1) over a handful of columns is several times slower
+    occ_sum = occupancy @ ones if W is None else np.einsum("ij,ij->i", W, occupancy)
+    if not with_slope:
+        return w, occ_sum, None, None
+    slope = np.divide(zw, np.maximum(root_disc, 1e-30, out=root_disc), out=zw)
+    np.subtract(1.0, slope, out=slope)
+    slope[w <= 0.0] = 0.0
+    slope_sum = slope @ ones if W is None else np.einsum("ij,ij->i", W, slope)
+    return w, occ_sum, slope_sum, slope
 
 
-def _solve_waits(W: np.ndarray, z: np.ndarray, s: np.ndarray) -> np.ndarray:
+def _solve_waits(W: np.ndarray | None, z: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Per-worker queue waits w_i (rows × units) from the Bard–Schweitzer fixed point.
 
     Worker i waits behind the others' occupancy of the server, w_i = s·(Q − Q_i), with
     Q_i = (s + w_i)/(z_i + w_i) its own occupancy and z_i its cycle without waiting. For a given
     total Q that is a quadratic in w_i. H(Q) = Σ Q_i(Q) − Q is concave with H(0) > 0 ≥ H(n), so
     it has one root and Newton started at Q = n converges monotonically from the right; run in
-    float32 for all rows at once, then polished by one float64 step.
+    float32 for all rows at once; the waits are then computed in float64 at that Q. W None: every column of z
+    is a member (packed rows), which spares the weighted sums.
     """
-    n = W.sum(axis=1)
-    z = np.broadcast_to(z, W.shape)
+    z = np.broadcast_to(z, (len(s), z.shape[-1]))
+    n = np.full(len(s), float(z.shape[1])) if W is None else row_sums(W)
     f32 = np.float32
-    W32, z32, s32 = W.astype(f32), z.astype(f32), s.astype(f32)
+    W32 = None if W is None else W.astype(f32)
+    z32, s32 = z.astype(f32), s.astype(f32)
+    # start right of the root, but closer than n: at the root every w_i = s·(Q − Q_i) ≤ s·Q and
+    # Q_i = (s + w_i)/(z_i + w_i) grows with w_i (z_i ≥ s), so Q ≤ f(Q) = Σ (s + s·Q)/(z_i + s·Q);
+    # f is increasing, so f(n) ≥ f(Q) ≥ Q bounds the root from above (and f(f(n)) more tightly)
     Q32 = n.astype(f32)
+    for _ in range(2):
+        sq = (s32 * Q32)[:, None]
+        bound = (s32[:, None] + sq) / (z32 + sq)
+        Q32 = np.minimum(Q32, (bound @ np.ones(z32.shape[1], f32)) if W32 is None else np.einsum("ij,ij->i", W32, bound))
     for _ in range(30):
-        _, occ, slope = _occupancy_terms(W32, z32, s32, Q32)
-        H = np.einsum("ij,ij->i", W32, occ) - Q32
-        dH = np.einsum("ij,ij->i", W32, slope) - 1.0
-        Q_new = np.clip(Q32 - H / np.minimum(dH, -1e-6), 0.0, Q32).astype(f32)
-        done = np.all(Q32 - Q_new <= 1e-4 * Q32 + 1e-12)  # float32 noise floor is ~1e-6; the
-        # float64 step below squares the remaining error
+        _, occ, slope, _ = _occupancy_terms(W32, z32, s32, Q32)
+        Q_new = np.clip(Q32 - (occ - Q32) / np.minimum(slope - 1.0, -1e-6), 0.0, Q32).astype(f32)
+        # near float32's noise floor (~1e-6); Newton converges quadratically, so the step before
+        # this one was already far below it
+        done = np.all(Q32 - Q_new <= 1e-5 * Q32 + 1e-12)
         Q32 = Q_new
         if done:
             break
-    Q = np.minimum(Q32.astype(np.float64) * (1.0 + 1e-5) + 1e-12, n)  # right of the root again
-    _, occ, slope = _occupancy_terms(W, z, s, Q)
-    H = np.einsum("ij,ij->i", W, occ) - Q
-    dH = np.einsum("ij,ij->i", W, slope) - 1.0
-    Q = np.clip(Q - H / np.minimum(dH, -1e-12), 0.0, n)
-    w, _, _ = _occupancy_terms(W, z, s, Q)
+    # one float64 Newton step, and the waits moved along with it to first order
+    # (w_i = s·(Q − Q_i) → dw_i/dQ = s·(1 − dQ_i/dQ) where w_i > 0): float64 precision
+    # for the price of one evaluation
+    Q = Q32.astype(np.float64)
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    w, occ, slope_sum, slope = _occupancy_terms(W, z, s, Q)
+    Q_new = np.clip(Q - (occ - Q) / np.minimum(slope_sum - 1.0, -1e-12), 0.0, n)
+    # slope holds 0 where w = 0, so those rows must stay at 0: mask by w > 0
+    w += np.where(w > 0.0, (s * (Q_new - Q))[:, None] * (1.0 - slope), 0.0)
+    np.maximum(w, 0.0, out=w)
     return w
 
 
@@ -165,7 +203,8 @@ def solve(weights: np.ndarray, units: Units, model, util_weights: np.ndarray | N
     g = np.zeros_like(rate) if util_weights is None else np.asarray(util_weights, dtype=np.float64)
     sigma2 = units.rate_std_steps_per_s ** 2
     rows = weights.shape[0]
-    total, wutil, mvar = (np.empty(rows) for _ in range(3))
+    total, mvar = np.empty(rows), np.empty(rows)
+    wutil = np.empty((rows,) + g.shape[1:])
     by_rate = np.argsort(rate, kind="stable")
     for start in range(0, rows, CHUNK_ROWS):
         sl = slice(start, start + CHUNK_ROWS)
@@ -185,17 +224,18 @@ def _solve_packed(W, by_rate, rate, g, sigma2, model: Contention):
     """solve() for 0/1 rows, on members only: rows with k members become (rows × k) matrices of
     their own rates (in rate order), so no work is spent on absent devices (half the matrix on
     average). estimate() orders configurations by size, so a chunk holds one or two sizes."""
-    total, wutil, mvar = (np.empty(W.shape[0]) for _ in range(3))
+    total, mvar = np.empty(W.shape[0]), np.empty(W.shape[0])
+    wutil = np.empty((W.shape[0],) + g.shape[1:])
     present = W[:, by_rate] > 0
-    sizes = present.sum(axis=1)
+    sizes = row_sums(W).astype(np.int64)  # 0/1 rows: the member count
     for k in np.unique(sizes):
         rows = np.flatnonzero(sizes == k)
         # flat positions of the members, row-major: each row's k members in rate order
         members = by_rate[(np.flatnonzero(present[rows]) % W.shape[1]).reshape(rows.size, k)]
         packed_rate = rate[members]
-        U = utilisation_rows(np.ones((rows.size, k)), packed_rate, model.family,
+        U = utilisation_rows(None, packed_rate, model.family,
                               np.full(rows.size, model.service_s), model.per_worker)
         total[rows] = np.einsum("ij,ij->i", U, packed_rate)
-        wutil[rows] = np.einsum("ij,ij->i", U, g[members])
+        wutil[rows] = np.einsum("ij,ij...->i...", U, g[members])
         mvar[rows] = np.einsum("ij,ij->i", U * U, sigma2[members])
     return total, wutil, mvar

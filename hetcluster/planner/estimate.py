@@ -1,10 +1,18 @@
 """Estimate: one row of predictions per configuration (the planner's only table).
 
-    T(S) = t_pretrain + (N − N_pre) / R(S)                   time_s (memory-plan slowdown is in R)
+    T(S) = t_pretrain + t_run(S)                             time_s (memory-plan slowdown is in R)
+    t_run(S) = max((N_rem + Σ_{i∈S} x_i·L_i) / R(S), max_{i∈S} F_i)     for N_rem = N − N_pre > 0
     P(S) = see power.py                                       power_w
-    E(S) = E_pretrain + P(S) · (N − N_pre) / R(S)             energy_j (pre-training energy is the
+    E(S) = E_pretrain + P(S) · t_run(S)                       energy_j (pre-training energy is the
                                                               same for every row: already spent)
     EDP  = E(S) · T(S)                                        edp_js
+
+t_run is a fluid model of a fresh run: worker i completes steps along x_i·(t − L_i), its steady
+rate x_i = u_i·r_i in S (contention.py) shifted by its start-up L_i (graph set-up and first steps,
+measured alone in pre-training, DeviceProfile.startup_s); the run ends when the N_rem steps are
+done, and never before every member's first step F_i has come back (a slow board whose first step
+outlasts the others' whole share holds the end of the run: measured, densenet121 server+nano).
+Without start-up measurements (L = F = 0) it is N_rem / R(S).
 
 Relative uncertainties: σ_T = σ_R on the remaining part; σ_E = sqrt(σ_P² + σ_R²) on the remaining
 part; σ_EDP = σ_E + σ_T (relative, added rather than in quadrature because E and T share the
@@ -28,6 +36,7 @@ from hetcluster.planner.configurations import (
     membership,
     names_for_counts,
     names_for_masks,
+    row_sums,
 )
 from hetcluster.planner.fleet import Units
 from hetcluster.planner.inputs import JobSpec, usable_runs, validate_inputs
@@ -87,21 +96,31 @@ def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows
 
 def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
     job = models.job
-    steps, rel_r, q, factor = models.throughput.predict_weights(
-        weights, units, units.busy_power_w - units.idle_power_w
-    )
-    power, rel_p = models.power.predict(weights, units, q.weighted_util, factor, job.idle_power_counts)
-    remaining_s = job.remaining_steps / steps
+    dynamic_w = units.busy_power_w - units.idle_power_w
+    startup = units.has_startup and job.remaining_steps > 0
+    util_weights = np.column_stack([dynamic_w, units.rate_steps_per_s * units.startup_s]) if startup else dynamic_w
+    steps, rel_r, q, factor = models.throughput.predict_weights(weights, units, util_weights)
+    dynamic_util = q.weighted_util[:, 0] if startup else q.weighted_util
+    power, rel_p = models.power.predict(weights, units, dynamic_util, factor, job.idle_power_counts)
+    steady_s = job.remaining_steps / steps
+    remaining_s = steady_s
+    if startup:  # Σ x_i·L_i = Σ u_i·r_i·L_i·factor; the slowest first step over the members
+        lagged_s = (job.remaining_steps + q.weighted_util[:, 1] * factor) / steps
+        first_s = np.where(weights > 0, units.first_step_s[None, :], 0.0).max(axis=1)
+        remaining_s = np.maximum(lagged_s, first_s)
     time_s = job.pretrain_time_s + remaining_s
     rest_j = power * remaining_s
     energy_j = job.pretrain_energy_j + rest_j
-    fits = ~((weights > 0) & ~units.memory_fits[None, :]).any(axis=1)
-    time_std = remaining_s * rel_r
+    if units.memory_fits.all():
+        fits = np.ones(weights.shape[0], dtype=bool)
+    else:
+        fits = weights @ (~units.memory_fits).astype(np.float64) == 0.0
+    time_std = steady_s * rel_r
     energy_std = rest_j * np.sqrt(rel_p ** 2 + rel_r ** 2)
     rel_t = time_std / time_s
     rel_e = energy_std / np.maximum(energy_j, 1e-300)
     return {
-        "n_workers": weights.sum(axis=1).astype(np.int64),
+        "n_workers": row_sums(weights).astype(np.int64),
         "demand_steps_per_s": weights @ units.rate_steps_per_s,  # Σ r_i: throughput without contention
         "steps_per_s": steps,
         "steps_per_s_std": steps * rel_r,

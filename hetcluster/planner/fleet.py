@@ -31,6 +31,12 @@ class Units:
     is_classes: bool
     outside_idle_w: float = 0.0             # idle power of fleet devices left out of the units
                                             # (excluded ones), counted when idle power counts
+    startup_s: np.ndarray | None = None     # steady-line intercept of a run alone (None: all 0)
+    first_step_s: np.ndarray | None = None  # run start → first completed step (None: all 0)
+
+    @property
+    def has_startup(self) -> bool:
+        return self.startup_s is not None and bool(np.any(self.startup_s > 0) or np.any(self.first_step_s > 0))
 
     @property
     def counts(self) -> np.ndarray:
@@ -52,6 +58,8 @@ def device_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
         idle_power_w=np.array([d.idle_power_w for d in devices], dtype=np.float64),
         memory_fits=np.array([bool(d.memory_fits) for d in devices]),
         is_classes=False,
+        startup_s=np.array([d.startup_s for d in devices], dtype=np.float64),
+        first_step_s=np.array([d.first_step_s for d in devices], dtype=np.float64),
     )
 
 
@@ -65,7 +73,7 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
     for d in devices:
         key = (d.class_key if d.class_key is not None else f"device:{d.name}", bool(d.memory_fits), float(d.memory_slowdown))
         groups.setdefault(key, []).append(d)
-    labels, members, rate, rate_std, busy, idle, fits = [], [], [], [], [], [], []
+    labels, members, rate, rate_std, busy, idle, fits, startup, first = [], [], [], [], [], [], [], [], []
     used_labels: set[str] = set()
     for key, group in groups.items():
         group = sorted(group, key=lambda d: (d.name not in first,))  # stable: required first
@@ -84,6 +92,8 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         busy.append(float(np.mean([d.busy_power_w for d in group])))
         idle.append(float(np.mean([d.idle_power_w for d in group])))
         fits.append(key[1])
+        startup.append(float(np.mean([d.startup_s for d in group])))
+        first.append(float(np.mean([d.first_step_s for d in group])))
     return Units(
         labels=tuple(labels),
         members=tuple(members),
@@ -93,6 +103,8 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         idle_power_w=np.array(idle, dtype=np.float64),
         memory_fits=np.array(fits, dtype=bool),
         is_classes=True,
+        startup_s=np.array(startup, dtype=np.float64),
+        first_step_s=np.array(first, dtype=np.float64),
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetcluster.planner.configurations import row_sums
 from hetcluster.planner.fleet import Units, run_weights
 from hetcluster.planner.inputs import RunMeasurement
 from hetcluster.planner.throughput import ThroughputModel
@@ -71,7 +72,7 @@ class PowerModel:
 
     def predict(self, weights, units, weighted_util, factor, idle_power_counts: bool):
         """(power_w, relative std) for each configuration."""
-        n = weights.sum(axis=1)
+        n = row_sums(weights)
         members = self.combine(weights, units, weighted_util, factor)
         members = np.where(n > 1, members * self.multi_factor, members)
         total = members

@@ -28,6 +28,7 @@ from hetcluster.planner.calibration import (
     variant_name,
     VARIANTS,
 )
+from hetcluster.planner.configurations import row_sums
 from hetcluster.planner.contention import Contention, QueuePrediction, solve, utilisation, waterfill
 from hetcluster.planner.fleet import Units, class_units, device_units
 from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, usable_runs, validate_inputs
@@ -137,7 +138,7 @@ class ThroughputModel:
         if self.regression is not None:
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
         steps = q.steps_per_s * factor
-        n = weights.sum(axis=1)
+        n = row_sums(weights)
         rel_var = q.measurement_var * factor ** 2 / np.maximum(steps, 1e-300) ** 2 + np.where(n > 1, self.model_std ** 2, 0.0)
         return steps, np.sqrt(rel_var), q, factor
 

@@ -1,0 +1,108 @@
+"""Re-score today's planner against a recorded ground truth, without training anything again.
+
+`hetcluster evaluate` keeps the whole pre-training profile beside every configuration's measured
+time, power and energy (raw/<model>.json of experiments/choice_accuracy.py). The measurements do
+not depend on what the planner predicted — every configuration is trained — so the planner of
+this checkout can re-predict from the same profile and be scored against the same truth: a fair
+before/after for a change to the model, and an ablation (--without-startup plans as if
+pre-training had not measured each device's start-up).
+
+    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup]
+
+DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
+<from>/replanned[-without-startup]/raw/ and are rendered there like choice_accuracy.py renders its
+own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
+an evaluation whose predictions cannot be reproduced says so: see --check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, read_json, write_json  # noqa: E402
+
+log = logging.getLogger("replan")
+
+
+def replan(evaluation: dict[str, Any], total_steps: int, *, with_startup: bool = True) -> dict[str, Any]:
+    """The evaluation as today's planner would have scored it: new predictions and choices, the
+    same measurements."""
+    from hetcluster.cli.cmd_evaluate import evaluation_dict
+    from hetcluster.evaluation.scoring import ConfigurationResult
+    from hetcluster.planner import choose, get_objective, plan
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+    from hetcluster.training.report import JobMetrics
+
+    profile = Profile.from_dict(evaluation["profile"])
+    devices, runs, job = to_planner_inputs(profile, total_steps)
+    if not with_startup:
+        devices = [dataclasses.replace(d, startup_s=0.0, first_step_s=0.0) for d in devices]
+    table = plan(devices, runs, job, "edp", ()).table
+    predicted = {frozenset(row["devices"]): JobMetrics.from_mapping(row) for row in table.to_dict("records")}
+    results = []
+    for config in evaluation["configurations"]:
+        devices_of = tuple(config["devices"])
+        measured = JobMetrics.from_mapping(config["measured"]) if config.get("measured") else None
+        details = {k: v for k, v in config.items() if k not in ("devices", "predicted", "measured", "error")}
+        results.append(ConfigurationResult(devices_of, predicted[frozenset(devices_of)], measured,
+                                           error=config.get("error"), details=details))
+    choices = {name: tuple(choose(table, get_objective(name)).chosen) for name in evaluation["objectives"]}
+    pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
+    return evaluation_dict(results, choices, pretrain, profile)
+
+
+def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float:
+    """Largest relative difference between two evaluations' predicted times (a reproduction check)."""
+    before = {frozenset(c["devices"]): c["predicted"]["time_s"] for c in old["configurations"]}
+    return max(abs(c["predicted"]["time_s"] - before[frozenset(c["devices"])]) / before[frozenset(c["devices"])]
+               for c in new["configurations"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--from", dest="source", type=Path, default=RESULTS / "choice_accuracy" / "full")
+    parser.add_argument("--to", type=Path, help="default: <from>/replanned[-without-startup]")
+    parser.add_argument("--without-startup", action="store_true", help="plan without the measured start-up (ablation)")
+    parser.add_argument("--check", action="store_true",
+                        help="fail unless the re-planned predictions equal the recorded ones (same planner)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from choice_accuracy import FULL, REDUCED, render
+
+    settings = {s.model: s for s in FULL + REDUCED}
+    out = (args.to or args.source / ("replanned-without-startup" if args.without_startup else "replanned")).resolve()
+    done = []
+    for result in sorted((args.source / "raw").glob("*.json")):
+        if result.name.endswith(".setting.json") or not result.with_suffix(".setting.json").exists():
+            continue
+        evaluation = read_json(result)
+        if "format_version" not in evaluation.get("profile", {}):
+            log.warning("skipping %s: recorded before evaluate kept the whole profile", result.name)
+            continue
+        setting = read_json(result.with_suffix(".setting.json"))
+        new = replan(evaluation, int(setting["total_steps"]), with_startup=not args.without_startup)
+        change = largest_prediction_change(evaluation, new)
+        log.info("%s: largest change of a predicted time %.2f %%", result.stem, 100 * change)
+        if args.check and change > 1e-6:
+            raise SystemExit(f"{result.name}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
+        write_json(out / "raw" / result.name, new)
+        write_json(out / "raw" / result.with_suffix(".setting.json").name, setting)
+        done.append(settings[result.stem])
+    if not done:
+        raise SystemExit(f"no evaluation with a whole profile in {args.source / 'raw'}")
+    frames = render(out, tuple(done))
+    log.info("summary:\n%s", frames["summary"].to_string(index=False))
+    log.info("results in %s", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
