@@ -31,6 +31,8 @@ def test_train_spec_round_trip_and_validation(tmp_path):
         TrainSpec(model=spec.model, total_steps=-1)
     with pytest.raises(ConfigError):
         TrainSpec(model=spec.model, total_steps=5, warmup_steps=-2)
+    with pytest.raises(ConfigError, match="max_steps"):
+        TrainSpec(model=spec.model, total_steps=5, min_window_s=2.0, max_steps=4)
 
 
 def _result(**kw) -> RunResult:
@@ -49,6 +51,8 @@ def test_run_result_figures_and_round_trip():
     # two workers: each its own steady rate, summed. a: 2 steps after its warm-up step over
     # 100.5..101.5; b: only its first step (0.5 s), so one over that step's duration
     assert r.worker_steps_per_s() == pytest.approx({"a": 2.0, "b": 2.0})
+    # b's lone step may be its slow first one: not a steady rate
+    assert r.worker_steps_per_s(steady_only=True) == pytest.approx({"a": 2.0})
     assert r.steps_per_s == pytest.approx(4.0)
     alone = _result(step_times=[(t0, t1, "a") for t0, t1, _ in r.step_times])
     assert alone.steps_per_s == pytest.approx(3 / 1.1)  # one worker: the window
@@ -63,3 +67,28 @@ def test_run_result_figures_and_round_trip():
 
 def test_unattributed_steps_count_updates_of_dead_workers():
     assert _result(steps_per_worker={"a": 3, "b": 0}, lost_workers=["b"]).steps_unattributed == 1
+
+
+def _stamps(ends):
+    from hetcluster.training.engine import _Stamp
+
+    return [_Stamp(1.0, True, end - 0.05, end, 0) for end in ends]
+
+
+def test_a_measurement_run_is_extended_until_its_window_is_long_enough():
+    from hetcluster.training.engine import _steps_to_fill_window
+
+    model = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    spec = TrainSpec(model=model, total_steps=10, warmup_steps=2, min_window_s=3.0, max_steps=200)
+    # 10 steps: two warm-up, then 8 at 10 steps/s → a 0.8 s window; 2.2 s more at 10/s, 10 % over
+    ends = [5.0, 5.1] + [5.1 + 0.1 * k for k in range(1, 9)]
+    assert _steps_to_fill_window(spec, _stamps(ends), room=190) == 25
+    assert _steps_to_fill_window(spec, _stamps(ends), room=7) == 7          # capped by max_steps
+    assert _steps_to_fill_window(spec, _stamps(ends), room=0) == 0
+    long_enough = [5.0, 5.1] + [5.1 + 0.5 * k for k in range(1, 9)]         # 4 s window
+    assert _steps_to_fill_window(spec, _stamps(long_enough), room=190) == 0
+    plain = TrainSpec(model=model, total_steps=10, warmup_steps=2)           # not a measurement run
+    assert _steps_to_fill_window(plain, _stamps(ends), room=190) == 0
+    # unapplied closures (past the gate) do not count
+    from hetcluster.training.engine import _Stamp
+    assert _steps_to_fill_window(spec, [_Stamp(1.0, False, 0.0, 9.0, 0)] * 5, room=190) == 2

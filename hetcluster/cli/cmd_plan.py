@@ -73,7 +73,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     from hetcluster.planner import plan as make
 
     measured = obtain_profile(fleet, spec, source, workdir, profile, steps_per_run=pretrain_steps,
-                              warmup_steps=warmup_steps, console=console)
+                              warmup_steps=warmup_steps, console=console, total_steps=total_steps)
     if measured.pretrain_steps >= total_steps:
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")

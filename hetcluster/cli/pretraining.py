@@ -24,14 +24,25 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
     return workdir / "profile.json", workdir / "checkpoints"
 
 
+def step_cap_for_job(steps_per_run: int, total_steps: int | None, n_devices: int, max_sets: int = 3) -> int:
+    """The most steps one pre-training run may take: up to 5 × steps_per_run for a fast device's
+    window, but all runs together (each device alone and up to max_sets sets) at most a third
+    of the job; 0 = the settings' default (no job size known)."""
+    if total_steps is None:
+        return 0
+    return max(steps_per_run, min(5 * steps_per_run, total_steps // (3 * (n_devices + max_sets))))
+
+
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
-                                 warmup_steps: int, console: Console, device_names: list[str] | None = None) -> Any:
+                                 warmup_steps: int, console: Console, device_names: list[str] | None = None,
+                                 total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically."""
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
-    settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps)
+    settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
+                                max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, len(device_names or fleet.names)))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)
@@ -64,7 +75,7 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
 
 
 def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
-                   warmup_steps: int, console: Console) -> Any:
+                   warmup_steps: int, console: Console, total_steps: int | None = None) -> Any:
     """The profile given with --profile, else a fresh pre-training run."""
     from hetcluster.errors import ProfileError
     from hetcluster.profiling.profile import load_profile
@@ -76,7 +87,7 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
                                hint="pass the same --model, or pre-train again without --profile.")
         return loaded
     return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
-                                        warmup_steps=warmup_steps, console=console)
+                                        warmup_steps=warmup_steps, console=console, total_steps=total_steps)
 
 
 def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:

@@ -5,7 +5,11 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 1. health-check every device's agent; start a PowerRecorder on each (a device that fails here is
    excluded with a warning);
 2. idle power: ``idle_s`` with no TF server running;
-3. each device alone for ``steps_per_run`` steps, then the calibration sets of ``sets.py``;
+3. each device alone for ``steps_per_run`` steps — more while the window after the warm-up is
+   shorter than ``min_window_s`` (a fast device would otherwise be timed over a few hundredths
+   of a second) — then the calibration sets of ``sets.py``, each sized from its members' solo
+   rates and first steps so that every member reaches a steady rate inside the run; no run takes
+   more than ``step_cap`` steps, so pre-training stays a small part of the job;
 4. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
@@ -42,6 +46,8 @@ class PretrainSettings:
 
     steps_per_run: int = 30
     warmup_steps: int = 5
+    min_window_s: float = 3.0
+    max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     idle_s: float = 3.0
     power_rate_hz: float = 10.0
     max_sets: int = 3
@@ -53,6 +59,24 @@ class PretrainSettings:
         if self.steps_per_run < self.warmup_steps + 2:
             raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
+        if self.min_window_s < 0:
+            raise ProfileError(f"min_window_s={self.min_window_s} is negative.", hint="give a window of 0 s or more.")
+
+    @property
+    def step_cap(self) -> int:
+        """The most steps one run may take (never fewer than steps_per_run)."""
+        return max(self.steps_per_run, self.max_steps_per_run or 5 * self.steps_per_run)
+
+    def set_steps(self, members: Sequence[Any]) -> int:
+        """Steps for a calibration set, from its members' solo DeviceProfiles: long enough that
+        every member passes its share of the warm-up and takes two more steps after its first
+        step is back, and that the window spans min_window_s (solo rates, so an over-estimate
+        under contention; the engine extends a run that still falls short)."""
+        share = math.ceil(self.warmup_steps / max(len(members), 1)) + 2
+        span_s = max((d.first_step_s + share / d.steps_per_s for d in members if d.steps_per_s > 0), default=0.0)
+        span_s = max(span_s, self.min_window_s + max((d.first_step_s for d in members), default=0.0))
+        steps = sum(d.steps_per_s * max(span_s - d.first_step_s, 0.0) for d in members) + self.warmup_steps
+        return int(min(max(math.ceil(steps), self.steps_per_run), self.step_cap))
 
 
 class _Phase:
@@ -102,18 +126,21 @@ class _Phase:
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
 
-    def measure(self, names: Sequence[str]) -> tuple[Any, float, float]:
-        """Train ``steps_per_run`` more steps on ``names``; return (RunResult, t0, t1) of its window."""
+    def measure(self, names: Sequence[str], steps: int | None = None) -> tuple[Any, float, float]:
+        """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
+        window is shorter than ``min_window_s``; return (RunResult, t0, t1) of its window."""
         from hetcluster.training.launch import launch_cluster
         from hetcluster.training.run_job import run_in_subprocess
         from hetcluster.training.spec import TrainSpec
 
         settings = self.settings
-        spec = TrainSpec(model=self.model, total_steps=self.steps_total + settings.steps_per_run, data=self.data,
+        steps = steps or settings.steps_per_run
+        spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
-                         learning_rate=settings.learning_rate)
+                         learning_rate=settings.learning_rate, min_window_s=settings.min_window_s,
+                         max_steps=self.steps_total + max(steps, settings.step_cap))
         entries = [self.inventory.device(n) for n in names]
-        self.on_event("run_start", {"devices": list(names), "steps": settings.steps_per_run})
+        self.on_event("run_start", {"devices": list(names), "steps": steps})
         try:
             with launch_cluster(entries, self.inventory.parameter_server_host,
                                 ready_timeout_s=settings.ready_timeout_s) as launched:
@@ -196,12 +223,13 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 power_source=(recorder.samples[-1].source if recorder.samples else ""),
                 first_step_s=first_step_s, startup_s=startup_s))
         solo = {d.name: d.steps_per_s for d in devices}
+        by_name = {d.name: d for d in devices}
         for members in calibration_sets(solo, settings.max_sets):
             members = tuple(phase.usable(members))
             if len(members) < 2:
                 continue
             try:
-                result, t0, t1 = phase.measure(members)
+                result, t0, t1 = phase.measure(members, settings.set_steps([by_name[n] for n in members]))
             except HetclusterError as error:
                 log.warning("calibration run %s failed: %s", "+".join(members), error)
                 phase.on_event("excluded", {"run": list(members), "reason": str(error)})
@@ -217,7 +245,9 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 energy_j=sum(phase.recorders[n].energy_j(t0, t1) for n in members),
                 # the planner reads per_device_steps / time_s as each device's throughput in the set:
                 # give it each worker's steady rate over the window (see RunResult.worker_steps_per_s)
-                per_device_steps={n: max(1, round(rate * (t1 - t0))) for n, rate in result.worker_steps_per_s().items()},
+                # (only workers with a steady rate: a lone first step is set-up, not throughput)
+                per_device_steps={n: max(1, round(rate * (t1 - t0)))
+                                  for n, rate in result.worker_steps_per_s(steady_only=True).items()},
                 per_device_power_w=per_device_w))
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a

@@ -34,6 +34,7 @@ process.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -309,10 +310,18 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     scheduled = 0
     checkpoint_path = None
     current = restored
+    # the update gate: the job's total, or the cap of a measurement run that may be extended
+    # (one traced step for the whole run: a new gate would mean a new trace on every worker)
+    gate = max(spec.max_steps, target) if spec.min_window_s > 0 else target
     try:
-        while current < target and not (stop_event is not None and stop_event.is_set()):
+        while not (stop_event is not None and stop_event.is_set()):
+            if current >= target:
+                extra = _steps_to_fill_window(spec, stamps, gate - current)
+                if extra <= 0:
+                    break
+                target, to_do = current + extra, to_do + extra
             count = min(per_round, target - current)
-            stamps += trainer.run_round(count, target, on_poll)
+            stamps += trainer.run_round(count, gate, on_poll)
             scheduled += count
             current = trainer.iterations()
             if spec.checkpoint_every_steps and current < target:
@@ -331,6 +340,23 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                      checkpoint_path, scheduled)
     result.stopped = current < target
     return result
+
+
+def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int) -> int:
+    """How many more steps a measurement run needs for a window of ``spec.min_window_s`` after
+    its warm-up (0: long enough, not a measurement run, or no room left under ``max_steps``).
+    Sized from the rate so far, 10 % over, so one more round usually suffices."""
+    if spec.min_window_s <= 0 or room <= 0:
+        return 0
+    ends = sorted(s.end_s for s in stamps if s.applied)
+    warm = min(spec.warmup_steps, max(len(ends) - 1, 0))
+    if len(ends) - warm < 2:
+        return min(room, 2)
+    window_s = ends[-1] - ends[warm - 1 if warm else 0]
+    if window_s >= spec.min_window_s:
+        return 0
+    rate = (len(ends) - warm - (0 if warm else 1)) / max(window_s, 1e-6)
+    return min(room, max(1, math.ceil(1.1 * rate * (spec.min_window_s - window_s))))
 
 
 def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamps: list[_Stamp], restored: int,

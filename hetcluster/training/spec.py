@@ -63,6 +63,11 @@ class TrainSpec:
     ``memory_budget_bytes`` > 0 runs the memory scheduler's plan for that per-worker budget
     (``hetcluster.memory``) inside the step; one traced step serves every worker, so pass the
     smallest budget among the chosen workers.
+
+    ``min_window_s`` > 0 (measurement runs, pre-training): once ``total_steps`` is reached, keep
+    applying steps until the window after the warm-up (first kept completion to the last one)
+    spans at least this many seconds, but never beyond ``max_steps`` in all. A fast device then
+    gets as long a window as a slow one instead of a few hundredths of a second.
     """
 
     model: ModelSpec
@@ -75,10 +80,15 @@ class TrainSpec:
     warmup_steps: int = 0
     memory_budget_bytes: int = 0
     memory_device_kind: str = "cpu"
+    min_window_s: float = 0.0
+    max_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.total_steps < 0:
             raise ConfigError(f"total_steps={self.total_steps} is negative.", hint="use --total-steps N >= 0.")
+        if self.min_window_s < 0 or (self.min_window_s > 0 and self.max_steps < self.total_steps):
+            raise ConfigError(f"min_window_s={self.min_window_s} needs max_steps >= total_steps ({self.max_steps} < {self.total_steps}).",
+                              hint="give the most steps a measurement run may take.")
         if self.checkpoint_every_steps < 0 or self.warmup_steps < 0:
             raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
 
@@ -143,7 +153,7 @@ class RunResult:
         t0 = ends[warmup - 1] if warmup > 0 else self.start_wall_s
         return t0, ends[-1], len(ends) - warmup
 
-    def worker_steps_per_s(self) -> dict[str, float]:
+    def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
         """Each worker's own steady rate: its steps after its share of the warm-up, over the span
         from the first kept step's start to the last one's end (a worker with fewer than two
         kept steps: one over its last step's duration).
@@ -151,7 +161,9 @@ class RunResult:
         Why per worker: in a short multi-device run the fast worker takes nearly every step while
         a slow one is still in its first (tracing, warm-up) step, so one window over all
         completions ends at that slow step and under-states what the set sustains (seen in
-        pre-training: mobilenet_v2 server+nano measured 2.88 steps/s, then trained at 9.04)."""
+        pre-training: mobilenet_v2 server+nano measured 2.88 steps/s, then trained at 9.04).
+        ``steady_only`` leaves out the workers without two kept steps: their one step may be the
+        slow first one (graph set-up), not a rate the set sustains."""
         by_worker: dict[str, list[tuple[float, float]]] = {}
         for start, end, worker in self.step_times:
             by_worker.setdefault(worker, []).append((start, end))
@@ -162,7 +174,7 @@ class RunResult:
             kept = steps[skip:]
             if len(kept) >= 2 and kept[-1][1] > kept[0][0]:
                 rates[worker] = len(kept) / (kept[-1][1] - kept[0][0])
-            elif steps[-1][1] > steps[-1][0]:
+            elif steps[-1][1] > steps[-1][0] and not steady_only:
                 rates[worker] = 1.0 / (steps[-1][1] - steps[-1][0])
         return rates
 

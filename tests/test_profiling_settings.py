@@ -1,0 +1,52 @@
+"""How long pre-training measures: per-run step caps and calibration-set sizes (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetcluster.cli.pretraining import step_cap_for_job
+from hetcluster.errors import ProfileError
+from hetcluster.profiling.pretrain import PretrainSettings
+from hetcluster.profiling.profile import DeviceProfile
+
+
+def _device(name, steps_per_s, first_step_s):
+    return DeviceProfile(name, steps_per_s, 0.0, 10.0, 5.0, steps=10, time_s=1.0, energy_j=10.0,
+                         first_step_s=first_step_s, startup_s=first_step_s)
+
+
+def test_step_cap_defaults_to_five_runs_worth_and_never_below_steps_per_run():
+    assert PretrainSettings(steps_per_run=10, warmup_steps=3).step_cap == 50
+    assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=30).step_cap == 30
+    assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=4).step_cap == 10
+    with pytest.raises(ProfileError, match="negative"):
+        PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=-1.0)
+
+
+def test_step_cap_keeps_pretraining_a_third_of_the_job():
+    # 3 devices alone + 3 sets = 6 runs; a third of 3000 steps → 166 per run, above 5 × 20
+    assert step_cap_for_job(20, 3000, 3) == 100
+    # a third of 500 over 6 runs → 27
+    assert step_cap_for_job(10, 500, 3) == 27
+    # a tiny job: never fewer than steps_per_run
+    assert step_cap_for_job(10, 120, 3) == 10
+    assert step_cap_for_job(10, None, 3) == 0
+
+
+def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():
+    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
+    server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
+    # the phone's first step is back at 20 s, then it needs its warm-up share (2) + 2 steps at
+    # 0.5/s: 28 s. The server trains 5/s from 2 s (130 steps), the phone 0.5/s from 20 s (4), + 3
+    assert settings.set_steps([server, phone]) == 137
+    capped = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=60)
+    assert capped.set_steps([server, phone]) == 60
+    # two quick devices: the 3 s window after the later first step decides (2 + 3 s)
+    quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
+    assert settings.set_steps(quick) == 20 * 4 + 10 * 3 + 3
+    # each of two members needs its warm-up share and two steps: 2 × 4 + 3, but never fewer
+    # than steps_per_run
+    assert PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=0.0).set_steps(
+        [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 11
+    assert PretrainSettings(steps_per_run=20, warmup_steps=3, min_window_s=0.0).set_steps(
+        [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 20
