@@ -51,7 +51,8 @@ def test_run_result_figures_and_round_trip():
     # two workers: each its own steady rate, summed. a: 2 steps after its warm-up step over
     # 100.5..101.5; b: only its first step (0.5 s), so one over that step's duration
     assert r.worker_steps_per_s() == pytest.approx({"a": 2.0, "b": 2.0})
-    # b's lone step may be its slow first one: not a steady rate
+    # b's lone step may be its slow first one: not a steady rate, and no steady window
+    assert r.worker_windows() == {"a": (100.5, 101.5, 2)}
     assert r.worker_steps_per_s(steady_only=True) == pytest.approx({"a": 2.0})
     assert r.steps_per_s == pytest.approx(4.0)
     alone = _result(step_times=[(t0, t1, "a") for t0, t1, _ in r.step_times])

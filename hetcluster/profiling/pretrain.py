@@ -238,7 +238,12 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 for name in result.lost_workers:
                     phase.exclude(name, f"lost during the run of {'+'.join(members)}")
                 continue
-            per_device_w = {n: phase.recorders[n].mean_power_w(t0, t1) for n in members}
+            # each member's power over its own steady window (else the whole run's window): the
+            # run's window ends at the last completion, often a slow board's, while the fast
+            # devices already wait idle in the run's final join — steady-state power is what the
+            # planner predicts for a set
+            windows = result.worker_windows()
+            per_device_w = {n: phase.recorders[n].mean_power_w(*windows.get(n, (t0, t1, 0))[:2]) for n in members}
             runs.append(RunProfile(
                 devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
                 steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()),

@@ -153,10 +153,26 @@ class RunResult:
         t0 = ends[warmup - 1] if warmup > 0 else self.start_wall_s
         return t0, ends[-1], len(ends) - warmup
 
+    def worker_windows(self) -> dict[str, tuple[float, float, int]]:
+        """Each worker's steady window ``(start_wall_s, end_wall_s, steps)``: from the start of
+        its first step after its share of the warm-up to the end of its last, for the workers
+        with at least two such steps."""
+        by_worker: dict[str, list[tuple[float, float]]] = {}
+        for start, end, worker in self.step_times:
+            by_worker.setdefault(worker, []).append((start, end))
+        skip = math.ceil(self.warmup_steps / len(by_worker)) if by_worker and self.warmup_steps > 0 else 0
+        windows = {}
+        for worker, steps in by_worker.items():
+            steps.sort(key=lambda step: step[1])
+            kept = steps[skip:]
+            if len(kept) >= 2 and kept[-1][1] > kept[0][0]:
+                windows[worker] = (kept[0][0], kept[-1][1], len(kept))
+        return windows
+
     def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
         """Each worker's own steady rate: its steps after its share of the warm-up, over the span
-        from the first kept step's start to the last one's end (a worker with fewer than two
-        kept steps: one over its last step's duration).
+        from the first kept step's start to the last one's end (:meth:`worker_windows`; a worker
+        with fewer than two kept steps: one over its last step's duration).
 
         Why per worker: in a short multi-device run the fast worker takes nearly every step while
         a slow one is still in its first (tracing, warm-up) step, so one window over all
@@ -164,18 +180,12 @@ class RunResult:
         pre-training: mobilenet_v2 server+nano measured 2.88 steps/s, then trained at 9.04).
         ``steady_only`` leaves out the workers without two kept steps: their one step may be the
         slow first one (graph set-up), not a rate the set sustains."""
-        by_worker: dict[str, list[tuple[float, float]]] = {}
-        for start, end, worker in self.step_times:
-            by_worker.setdefault(worker, []).append((start, end))
-        skip = math.ceil(self.warmup_steps / len(by_worker)) if by_worker and self.warmup_steps > 0 else 0
-        rates = {}
-        for worker, steps in by_worker.items():
-            steps.sort(key=lambda step: step[1])
-            kept = steps[skip:]
-            if len(kept) >= 2 and kept[-1][1] > kept[0][0]:
-                rates[worker] = len(kept) / (kept[-1][1] - kept[0][0])
-            elif steps[-1][1] > steps[-1][0] and not steady_only:
-                rates[worker] = 1.0 / (steps[-1][1] - steps[-1][0])
+        windows = self.worker_windows()
+        rates = {worker: steps / (t1 - t0) for worker, (t0, t1, steps) in windows.items()}
+        if not steady_only:
+            for start, end, worker in sorted(self.step_times, key=lambda row: row[1]):
+                if worker not in windows and end > start:
+                    rates[worker] = 1.0 / (end - start)  # the last step wins
         return rates
 
     @property
