@@ -64,6 +64,30 @@ def test_names_for_masks_matches_bits():
     assert out[2] == ("d0", "d2", "d10", "d22")
 
 
+def test_device_set_column_reads_as_tuples_but_holds_masks():
+    import pandas as pd
+
+    from hetcluster.planner.configurations import DeviceSetArray
+
+    names = ("a", "b", "c")
+    column = DeviceSetArray(np.array([1, 6, 7]), names)
+    frame = pd.DataFrame({"devices": column, "x": [3.0, 1.0, 2.0]})
+    assert frame["devices"].iloc[1] == ("b", "c")
+    assert list(frame["devices"]) == [("a",), ("b", "c"), ("a", "b", "c")]
+    assert (frame["devices"] == ("b", "c")).tolist() == [False, True, False]
+    assert (frame["devices"] == ("c", "b")).tolist() == [False, False, False]  # tuple order, as tuples
+    assert (frame["devices"] == ("z",)).tolist() == [False, False, False]
+    ordered = frame.sort_values("x").reset_index(drop=True)
+    assert ordered["devices"].tolist() == [("b", "c"), ("a", "b", "c"), ("a",)]
+    assert ordered["devices"].array.masks.tolist() == [6, 7, 1]
+    assert frame["devices"].map("+".join).tolist() == ["a", "b+c", "a+b+c"]
+    assert frame["devices"].map(len).tolist() == [1, 2, 3]
+    assert frame["devices"].to_numpy(dtype=object)[2] == ("a", "b", "c")
+    both = pd.concat([frame.head(1), frame.tail(1)])
+    assert both["devices"].tolist() == [("a",), ("a", "b", "c")]
+    assert frame.to_dict("records")[1]["devices"] == ("b", "c")
+
+
 @pytest.mark.parametrize(
     "objective, expected",
     [("time", ("A", "B", "C")), ("power", ("C",)), ("energy", ("B",)), ("edp", ("A", "B", "C"))],

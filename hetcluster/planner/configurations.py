@@ -9,6 +9,8 @@ sum over members is a matrix product, computed once for all configurations.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+from pandas.api.extensions import ExtensionArray, ExtensionDtype, take
 
 from hetcluster.errors import PlanningError
 
@@ -94,6 +96,124 @@ def names_for_masks(masks: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
     if result is None:
         return _object_array([() for _ in range(len(masks))])
     return result
+
+
+class DeviceSetDtype(ExtensionDtype):
+    """pandas dtype of :class:`DeviceSetArray` (elements are tuples of device names)."""
+
+    name = "device_set"
+    type = tuple
+    kind = "O"
+    na_value = None
+
+    @classmethod
+    def construct_array_type(cls) -> type:
+        return DeviceSetArray
+
+
+class DeviceSetArray(ExtensionArray):
+    """The `devices` column of an exact table: one int64 bit mask per row over one tuple of device
+    names. A row's tuple is built when it is read (`table["devices"].iloc[0]`, iteration,
+    `to_numpy()`), so a 2^20-row table costs no million Python tuples to build or to sort —
+    that was a fifth of planning 20 devices."""
+
+    def __init__(self, masks: np.ndarray, labels: tuple[str, ...]) -> None:
+        self._masks = np.asarray(masks, dtype=np.int64)
+        self._labels = tuple(labels)
+
+    @property
+    def dtype(self) -> DeviceSetDtype:
+        return DeviceSetDtype()
+
+    @property
+    def masks(self) -> np.ndarray:
+        return self._masks
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    def _names(self, mask: int) -> tuple[str, ...]:
+        return tuple(label for i, label in enumerate(self._labels) if mask >> i & 1)
+
+    def __getitem__(self, item):
+        if isinstance(item, (int, np.integer)):
+            return self._names(int(self._masks[item]))
+        return DeviceSetArray(self._masks[item], self._labels)
+
+    def __iter__(self):
+        return (self._names(int(mask)) for mask in self._masks)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return names_for_masks(self._masks, self._labels)
+
+    def __eq__(self, other):
+        """Elementwise, with tuple semantics: a row equals a tuple of the same names in the same
+        (fleet) order."""
+        if isinstance(other, (pd.Series, pd.DataFrame, pd.Index)):
+            return NotImplemented
+        if isinstance(other, tuple):
+            index = {label: i for i, label in enumerate(self._labels)}
+            if any(name not in index for name in other):
+                return np.zeros(len(self), dtype=bool)
+            mask = sum(1 << index[name] for name in set(other))
+            if self._names(mask) != other:
+                return np.zeros(len(self), dtype=bool)
+            return self._masks == mask
+        if isinstance(other, DeviceSetArray) and other._labels == self._labels:
+            return self._masks == other._masks
+        values = np.asarray(other, dtype=object)
+        return np.array([a == b for a, b in zip(self, values)], dtype=bool)
+
+    def map(self, mapper, na_action=None) -> np.ndarray:
+        """The mapped values as a plain object array (names joined, lengths...): not device sets."""
+        out = np.empty(len(self), dtype=object)
+        out[:] = [mapper(item) for item in self]
+        return _infer(out)
+
+    def take(self, indices, allow_fill: bool = False, fill_value=None) -> "DeviceSetArray":
+        if allow_fill and fill_value not in (None, ()):
+            raise ValueError("a device set column is filled only with the empty set")
+        return DeviceSetArray(take(self._masks, indices, allow_fill=allow_fill, fill_value=0), self._labels)
+
+    def copy(self) -> "DeviceSetArray":
+        return DeviceSetArray(self._masks.copy(), self._labels)
+
+    def isna(self) -> np.ndarray:
+        return np.zeros(len(self), dtype=bool)
+
+    @property
+    def nbytes(self) -> int:
+        return self._masks.nbytes
+
+    @classmethod
+    def _from_sequence(cls, scalars, dtype=None, copy: bool = False) -> "DeviceSetArray":
+        items = [tuple(s) for s in scalars]
+        labels = tuple(dict.fromkeys(name for item in items for name in item))
+        index = {name: i for i, name in enumerate(labels)}
+        return cls(np.array([sum(1 << index[n] for n in item) for item in items], dtype=np.int64), labels)
+
+    @classmethod
+    def _concat_same_type(cls, to_concat) -> "DeviceSetArray":
+        labels = to_concat[0]._labels
+        if any(a._labels != labels for a in to_concat):
+            return cls._from_sequence([item for a in to_concat for item in a])
+        return cls(np.concatenate([a._masks for a in to_concat]), labels)
+
+    def _values_for_factorize(self) -> tuple[np.ndarray, int]:
+        return self._masks, -1
+
+    @classmethod
+    def _from_factorized(cls, values, original: "DeviceSetArray") -> "DeviceSetArray":
+        return cls(values, original._labels)
+
+
+def _infer(values: np.ndarray) -> np.ndarray:
+    """An object array as the narrowest numpy dtype its values allow (bools, numbers), else as is."""
+    try:
+        inferred = np.array(values.tolist())
+    except (ValueError, TypeError):
+        return values
+    return inferred if inferred.ndim == 1 and inferred.dtype.kind in "biuf" else values
 
 
 def names_for_counts(counts: np.ndarray, members: tuple[tuple[str, ...], ...]) -> np.ndarray:

@@ -29,13 +29,13 @@ import pandas as pd
 
 from hetcluster.errors import PlanningError
 from hetcluster.planner.configurations import (
+    DeviceSetArray,
     count_class_configurations,
     class_configurations,
     enumerate_configurations,
     labels_for_counts,
     membership,
     names_for_counts,
-    names_for_masks,
     row_sums,
 )
 from hetcluster.planner.fleet import Units
@@ -144,7 +144,7 @@ def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]
             "classes": labels_for_counts(configs, units.labels),
         }
     else:
-        head = {"devices": names_for_masks(configs, units.labels), "mask": configs}
+        head = {"devices": DeviceSetArray(configs, units.labels), "mask": configs}
     bases = {id(v.base): v.base for v in columns.values() if isinstance(v.base, np.ndarray) and v.base.ndim == 2}
     block = next(iter(bases.values())) if len(bases) == 1 else None
     if block is not None:  # evaluate()'s shared float block: hand it to pandas without a copy
