@@ -1,0 +1,86 @@
+"""The planner on recorded ground truth: real pre-training profiles of the emulated fleet
+(server + jetson-nano + phone) beside every configuration trained for real from the same
+checkpoint (`hetcluster evaluate`, kept by experiments/choice_accuracy.py). Recorded, not
+generated: see each file's "recorded" field. These are the checks the synthetic trace cannot
+make — start-up, tails and calibration against what the fleet actually did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetcluster.planner import choose, estimate
+from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+RECORDED = sorted((Path(__file__).parent / "data" / "planner" / "recorded").glob("*.json"))
+OBJECTIVE_METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
+
+
+def _load(path: Path):
+    data = json.loads(path.read_text())
+    profile = Profile.from_dict(data["profile"])
+    devices, runs, job = to_planner_inputs(profile, data["setting"]["total_steps"])
+    truth = {frozenset(c["devices"]): c for c in data["configurations"] if c.get("measured")}
+    return devices, runs, job, truth
+
+
+def _training_time_mape(table, job, truth) -> float:
+    """Mean |predicted − measured| / measured of the training phase's time (pre-training taken out)."""
+    errors = []
+    for row in table.to_dict("records"):
+        measured = truth[frozenset(row["devices"])]["measured"]["time_s"] - job.pretrain_time_s
+        errors.append(abs(row["time_s"] - job.pretrain_time_s - measured) / measured)
+    return float(np.mean(errors))
+
+
+def _steady_rate_mape(table, truth) -> float:
+    """Error of the predicted throughput of multi-device configurations against the sum of the
+    workers' steady rates measured in their real runs."""
+    errors = [abs(row["steps_per_s"] - truth[frozenset(row["devices"])]["run"]["steps_per_s"])
+              / truth[frozenset(row["devices"])]["run"]["steps_per_s"]
+              for row in table.to_dict("records") if row["n_workers"] > 1]
+    return float(np.mean(errors))
+
+
+def test_recordings_are_present_and_complete():
+    assert len(RECORDED) >= 2
+    for path in RECORDED:
+        devices, runs, job, truth = _load(path)
+        assert len(truth) == 2 ** len(devices) - 1, path.name  # every configuration was measured
+        assert all(d.first_step_s > 0 for d in devices), path.name
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_start_up_term_brings_predicted_run_times_closer_to_the_measured(path):
+    devices, runs, job, truth = _load(path)
+    without = [dataclasses.replace(d, startup_s=0.0, first_step_s=0.0) for d in devices]
+    with_start_up = _training_time_mape(estimate(devices, runs, job), job, truth)
+    without_start_up = _training_time_mape(estimate(without, runs, job), job, truth)
+    assert with_start_up < without_start_up
+
+
+def test_calibration_on_the_measured_sets_predicts_multi_device_throughput_better_than_the_sum():
+    # the mean over the recordings: calibrated (contention family + residual ridge fitted on the
+    # pre-training sets) against the uncalibrated Σ r_i (no multi-device runs given)
+    calibrated, summed = [], []
+    for path in RECORDED:
+        devices, runs, job, truth = _load(path)
+        calibrated.append(_steady_rate_mape(estimate(devices, runs, job), truth))
+        summed.append(_steady_rate_mape(estimate(devices, [], job), truth))
+    assert np.mean(calibrated) < np.mean(summed)
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_every_objectives_choice_is_within_five_percent_of_the_measured_best(path):
+    devices, runs, job, truth = _load(path)
+    table = estimate(devices, runs, job)
+    for objective, metric in OBJECTIVE_METRIC.items():
+        chosen = frozenset(choose(table, objective).chosen)
+        best = min(c["measured"][metric] for c in truth.values())
+        regret = truth[chosen]["measured"][metric] / best - 1.0
+        assert regret <= 0.05, f"{path.stem} {objective}: chose {sorted(chosen)}, regret {regret:.1%}"
