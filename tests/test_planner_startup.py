@@ -29,7 +29,12 @@ def test_time_is_the_lagged_fluid_end_or_the_slowest_first_step():
     # comes back at 30 s: the run cannot end before it
     both = _row(table, ("fast", "slow"))
     assert both["time_s"] == pytest.approx(50.0 + 30.0)
-    assert both["energy_j"] == pytest.approx(1000.0 + 110.0 * 30.0)
+    # energy: both busy (110 W) until the fluid end at 139/11 s; then the fast device waits idle
+    # (its 50 W dynamic power stops) while the slow one finishes its first step
+    fluid_end_s = 139.0 / 11.0
+    run_j = 110.0 * 30.0 - 50.0 * (30.0 - fluid_end_s)
+    assert both["energy_j"] == pytest.approx(1000.0 + run_j)
+    assert both["power_w"] == pytest.approx(run_j / 30.0)  # the run's mean, as a meter reads it
     # so for time the fast device alone wins, though the pair sums more throughput
     assert choose(table, "time").chosen == ("fast",)
     assert both["steps_per_s"] > _row(table, ("fast",))["steps_per_s"]

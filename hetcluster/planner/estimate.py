@@ -12,7 +12,9 @@ rate x_i = u_i·r_i in S (contention.py) shifted by its start-up L_i (graph set-
 measured alone in pre-training, DeviceProfile.startup_s); the run ends when the N_rem steps are
 done, and never before every member's first step F_i has come back (a slow board whose first step
 outlasts the others' whole share holds the end of the run: measured, densenet121 server+nano).
-Without start-up measurements (L = F = 0) it is N_rem / R(S).
+Without start-up measurements (L = F = 0) it is N_rem / R(S). Between the fluid end and that
+first step the other members wait idle, so the run's energy drops their dynamic power over that
+tail, and power_w is the run's mean (energy over time), as a meter over the run would read it.
 
 Relative uncertainties: σ_T = σ_R on the remaining part; σ_E = sqrt(σ_P² + σ_R²) on the remaining
 part; σ_EDP = σ_E + σ_T (relative, added rather than in quadrature because E and T share the
@@ -104,12 +106,18 @@ def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -
     power, rel_p = models.power.predict(weights, units, dynamic_util, factor, job.idle_power_counts)
     steady_s = job.remaining_steps / steps
     remaining_s = steady_s
+    rest_j = power * remaining_s
     if startup:  # Σ x_i·L_i = Σ u_i·r_i·L_i·factor; the slowest first step over the members
         lagged_s = (job.remaining_steps + q.weighted_util[:, 1] * factor) / steps
-        first_s = np.where(weights > 0, units.first_step_s[None, :], 0.0).max(axis=1)
-        remaining_s = np.maximum(lagged_s, first_s)
+        first = np.where(weights > 0, units.first_step_s[None, :], -np.inf)
+        straggler = first.argmax(axis=1)
+        remaining_s = np.maximum(lagged_s, first[np.arange(len(straggler)), straggler])
+        # past the fluid end only the straggler's first step runs: the others wait idle
+        busy_w = models.power.dynamic(weights, units, dynamic_util, factor)
+        tail_w = np.maximum(busy_w - dynamic_w[straggler], 0.0)
+        rest_j = power * remaining_s - tail_w * (remaining_s - lagged_s)
+        power = rest_j / np.maximum(remaining_s, 1e-300)  # the run's mean power, as measured
     time_s = job.pretrain_time_s + remaining_s
-    rest_j = power * remaining_s
     energy_j = job.pretrain_energy_j + rest_j
     if units.memory_fits.all():
         fits = np.ones(weights.shape[0], dtype=bool)

@@ -70,6 +70,11 @@ class PowerModel:
             return weights @ units.busy_power_w
         return weights @ units.idle_power_w + weighted_util * np.minimum(factor, 1.0)
 
+    def dynamic(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """The members' power above their idle power while they train (γ included)."""
+        members = self.combine(weights, units, weighted_util, factor) - weights @ units.idle_power_w
+        return np.where(row_sums(weights) > 1, members * self.multi_factor, members)
+
     def predict(self, weights, units, weighted_util, factor, idle_power_counts: bool):
         """(power_w, relative std) for each configuration."""
         n = row_sums(weights)
