@@ -357,3 +357,18 @@ def test_power_recorder_reports_an_unreachable_agent(creds):
             time.sleep(0.05)
         assert recorder.stop() == []
     assert recorder.error is not None and "is the agent running" in str(recorder.error)
+
+
+def test_a_temporary_state_dir_is_removed_when_the_agent_stops(tmp_path, creds):
+    document = {"agent": {"name": "tmp-dev", "listen": "127.0.0.1:0"}, "auth": {"token_file": str(creds.token)}}
+    server = AgentServer(AgentConfig.from_mapping(document, tmp_path), RampSource(), probe_hardware=False).start()
+    state_dir = server.state.state_dir
+    assert state_dir.is_dir() and state_dir.name.startswith("hetcluster-agent-tmp-dev-")
+    server.stop()
+    assert not state_dir.exists()
+    # a configured state dir is the operator's: kept
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "task.log").write_text("kept")
+    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server.stop()
+    assert (tmp_path / "state" / "task.log").read_text() == "kept"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import tempfile
 import threading
 import time
@@ -28,6 +29,8 @@ class AgentState:
         self.config = config
         self.power_source = power_source
         self.device_info = device_info
+        # without a configured state dir the agent works in a temporary one, removed on close
+        self._temporary_state_dir = not (state_dir or config.state_dir)
         self.state_dir = state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
         # An emulated device's TF server gets as many TF threads as cores it is granted: a 0.15-core
         # device running two busy threads inside its quota would thrash more than a real slow device.
@@ -55,6 +58,8 @@ class AgentState:
         self.stopping.set()
         self.tasks.stop_all(grace_s)
         self.ports.close()
+        if self._temporary_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
         try:
             self.power_source.close()
         except Exception:  # closing must not keep the agent from exiting
