@@ -60,11 +60,17 @@ def count_class_configurations(counts) -> int:
     return total - 1
 
 
-def row_sums(matrix: np.ndarray) -> np.ndarray:
-    """Σ over each row of a (rows × a few columns) matrix, as a matrix-vector product: numpy's
-    sum(axis=1) over so few columns is several times slower, and this is the planner's hot path."""
-    matrix = np.asarray(matrix, dtype=np.float64)
-    return matrix @ np.ones(matrix.shape[1])
+def row_sums(matrix: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Σ over each row of a (rows × a few columns) matrix — of ``weights * matrix`` when weights
+    are given — as a matrix-vector product (or one einsum): numpy's sum(axis=1) over so few
+    columns is several times slower, and this is the planner's hot path. Float matrices keep
+    their precision (the queue solve runs in float32)."""
+    matrix = np.asarray(matrix)
+    if weights is not None:
+        return np.einsum("ij,ij->i", weights, matrix)
+    if matrix.dtype.kind != "f":
+        matrix = matrix.astype(np.float64)
+    return matrix @ np.ones(matrix.shape[1], dtype=matrix.dtype)
 
 
 def membership(masks: np.ndarray, n: int, dtype=np.float64) -> np.ndarray:
@@ -135,6 +141,14 @@ class DeviceSetArray(ExtensionArray):
     def _names(self, mask: int) -> tuple[str, ...]:
         return tuple(label for i, label in enumerate(self._labels) if mask >> i & 1)
 
+    @staticmethod
+    def _mask(names, labels: tuple[str, ...]) -> int | None:
+        """The bit mask of ``names`` over ``labels`` (None when a name is not a label)."""
+        index = {label: i for i, label in enumerate(labels)}
+        if any(name not in index for name in names):
+            return None
+        return sum(1 << index[name] for name in set(names))
+
     def __getitem__(self, item):
         if isinstance(item, (int, np.integer)):
             return self._names(int(self._masks[item]))
@@ -152,11 +166,8 @@ class DeviceSetArray(ExtensionArray):
         if isinstance(other, (pd.Series, pd.DataFrame, pd.Index)):
             return NotImplemented
         if isinstance(other, tuple):
-            index = {label: i for i, label in enumerate(self._labels)}
-            if any(name not in index for name in other):
-                return np.zeros(len(self), dtype=bool)
-            mask = sum(1 << index[name] for name in set(other))
-            if self._names(mask) != other:
+            mask = self._mask(other, self._labels)
+            if mask is None or self._names(mask) != other:
                 return np.zeros(len(self), dtype=bool)
             return self._masks == mask
         if isinstance(other, DeviceSetArray) and other._labels == self._labels:
@@ -189,8 +200,7 @@ class DeviceSetArray(ExtensionArray):
     def _from_sequence(cls, scalars, dtype=None, copy: bool = False) -> "DeviceSetArray":
         items = [tuple(s) for s in scalars]
         labels = tuple(dict.fromkeys(name for item in items for name in item))
-        index = {name: i for i, name in enumerate(labels)}
-        return cls(np.array([sum(1 << index[n] for n in item) for item in items], dtype=np.int64), labels)
+        return cls(np.array([cls._mask(item, labels) for item in items], dtype=np.int64), labels)
 
     @classmethod
     def _concat_same_type(cls, to_concat) -> "DeviceSetArray":

@@ -134,15 +134,13 @@ def _occupancy_terms(W, z, s, Q, with_slope: bool = True):
     zw = np.add(z, w, out=tmp)
     occupancy = w + s_col                    # = Q − w/s where w > 0, s/z where it is 0
     occupancy /= zw
-    ones = np.ones(z.shape[1], dtype=z.dtype)  # row sums as a matrix-vector product: numpy's
-    # sum(axis=1) over a handful of columns is several times slower
-    occ_sum = occupancy @ ones if W is None else np.einsum("ij,ij->i", W, occupancy)
+    occ_sum = row_sums(occupancy, W)
     if not with_slope:
         return w, occ_sum, None, None
     slope = np.divide(zw, np.maximum(root_disc, 1e-30, out=root_disc), out=zw)
     np.subtract(1.0, slope, out=slope)
     slope[w <= 0.0] = 0.0
-    slope_sum = slope @ ones if W is None else np.einsum("ij,ij->i", W, slope)
+    slope_sum = row_sums(slope, W)
     return w, occ_sum, slope_sum, slope
 
 
@@ -168,7 +166,7 @@ def _solve_waits(W: np.ndarray | None, z: np.ndarray, s: np.ndarray) -> np.ndarr
     for _ in range(2):
         sq = (s32 * Q32)[:, None]
         bound = (s32[:, None] + sq) / (z32 + sq)
-        Q32 = np.minimum(Q32, (bound @ np.ones(z32.shape[1], f32)) if W32 is None else np.einsum("ij,ij->i", W32, bound))
+        Q32 = np.minimum(Q32, row_sums(bound, W32))
     for _ in range(30):
         _, occ, slope, _ = _occupancy_terms(W32, z32, s32, Q32)
         Q_new = np.clip(Q32 - (occ - Q32) / np.minimum(slope - 1.0, -1e-6), 0.0, Q32).astype(f32)

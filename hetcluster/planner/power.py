@@ -65,21 +65,27 @@ class PowerModel:
         _, _, q, factor = throughput.predict_weights(weights, units, units.busy_power_w - units.idle_power_w)
         return self.combine(weights, units, q.weighted_util, factor)
 
-    def combine(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    def _above_idle(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """Σ over members of their power above idle while training (no γ)."""
         if self.form == "flat":
-            return weights @ units.busy_power_w
-        return weights @ units.idle_power_w + weighted_util * np.minimum(factor, 1.0)
+            return weights @ (units.busy_power_w - units.idle_power_w)
+        return weighted_util * np.minimum(factor, 1.0)
+
+    def _with_multi_factor(self, n: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """γ applied to the rows of more than one device (n: devices per row)."""
+        return np.where(n > 1, values * self.multi_factor, values)
+
+    def combine(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        return weights @ units.idle_power_w + self._above_idle(weights, units, weighted_util, factor)
 
     def dynamic(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """The members' power above their idle power while they train (γ included)."""
-        members = self.combine(weights, units, weighted_util, factor) - weights @ units.idle_power_w
-        return np.where(row_sums(weights) > 1, members * self.multi_factor, members)
+        return self._with_multi_factor(row_sums(weights), self._above_idle(weights, units, weighted_util, factor))
 
     def predict(self, weights, units, weighted_util, factor, idle_power_counts: bool):
         """(power_w, relative std) for each configuration."""
         n = row_sums(weights)
-        members = self.combine(weights, units, weighted_util, factor)
-        members = np.where(n > 1, members * self.multi_factor, members)
+        members = self._with_multi_factor(n, self.combine(weights, units, weighted_util, factor))
         total = members
         if idle_power_counts:
             total = members + (units.counts @ units.idle_power_w + units.outside_idle_w - weights @ units.idle_power_w)
