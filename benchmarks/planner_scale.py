@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from hetcluster.planner import DeviceMeasurement, FittedModels, JobSpec, RunMeasurement, choose, estimate, plan
-from hetcluster.planner.throughput import Contention, ThroughputModel, utilisation
+from hetcluster.planner.throughput import Contention, utilisation
 
 
 def fleet(n: int, classes: int | None, rng: np.random.Generator):

@@ -13,7 +13,6 @@ import textwrap
 
 import pytest
 
-from hetcluster.errors import TrainingError
 from hetcluster.models import ModelSpec
 from hetcluster.training.servers import free_address, start_local_server
 from hetcluster.training.spec import ClusterAddresses, TrainSpec

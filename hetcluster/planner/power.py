@@ -23,7 +23,6 @@ import numpy as np
 
 from hetcluster.planner.configurations import row_sums
 from hetcluster.planner.fleet import Units, run_weights
-from hetcluster.planner.inputs import RunMeasurement
 from hetcluster.planner.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
