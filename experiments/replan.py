@@ -4,13 +4,14 @@
 time, power and energy (raw/<model>.json of experiments/choice_accuracy.py). The measurements do
 not depend on what the planner predicted — every configuration is trained — so the planner of
 this checkout can re-predict from the same profile and be scored against the same truth: a fair
-before/after for a change to the model, and an ablation (--without-startup plans as if
-pre-training had not measured each device's start-up).
+before/after for a change to the model, and ablations: --without-startup plans as if
+pre-training had not measured each device's start-up, --without-startup-power as if it had
+measured the start-up's duration but not its power (priced at training power, as before).
 
-    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup]
+    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power]
 
 DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
-<from>/replanned[-without-startup]/raw/ and are rendered there like choice_accuracy.py renders its
+<from>/replanned[-without-startup[-power]]/raw/ and are rendered there like choice_accuracy.py renders its
 own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
 an evaluation whose predictions cannot be reproduced says so: see --check).
 """
@@ -32,9 +33,15 @@ from common import RESULTS, read_json, write_json  # noqa: E402
 log = logging.getLogger("replan")
 
 
-def replan(evaluation: dict[str, Any], total_steps: int, *, with_startup: bool = True) -> dict[str, Any]:
+ABLATIONS = {  # what each ablation clears in the recorded device measurements
+    "startup": {"startup_s": 0.0, "first_step_s": 0.0, "startup_power_w": 0.0},
+    "startup-power": {"startup_power_w": 0.0},
+}
+
+
+def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None = None) -> dict[str, Any]:
     """The evaluation as today's planner would have scored it: new predictions and choices, the
-    same measurements."""
+    same measurements (less what the ablation `without` clears: a key of ABLATIONS)."""
     from hetcluster.cli.cmd_evaluate import evaluation_dict
     from hetcluster.evaluation.scoring import ConfigurationResult
     from hetcluster.planner import choose, get_objective, plan
@@ -43,8 +50,8 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, with_startup: bool =
 
     profile = Profile.from_dict(evaluation["profile"])
     devices, runs, job = to_planner_inputs(profile, total_steps)
-    if not with_startup:
-        devices = [dataclasses.replace(d, startup_s=0.0, first_step_s=0.0) for d in devices]
+    if without:
+        devices = [dataclasses.replace(d, **ABLATIONS[without]) for d in devices]
     table = plan(devices, runs, job, "edp", ()).table
     predicted = {frozenset(row["devices"]): JobMetrics.from_mapping(row) for row in table.to_dict("records")}
     results = []
@@ -69,8 +76,12 @@ def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--from", dest="source", type=Path, default=RESULTS / "choice_accuracy" / "full")
-    parser.add_argument("--to", type=Path, help="default: <from>/replanned[-without-startup]")
-    parser.add_argument("--without-startup", action="store_true", help="plan without the measured start-up (ablation)")
+    parser.add_argument("--to", type=Path, help="default: <from>/replanned[-without-<ablation>]")
+    ablation = parser.add_mutually_exclusive_group()
+    ablation.add_argument("--without-startup", dest="without", action="store_const", const="startup",
+                          help="plan without the measured start-up (ablation)")
+    ablation.add_argument("--without-startup-power", dest="without", action="store_const", const="startup-power",
+                          help="price the start-up at training power, as before it was measured (ablation)")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)
@@ -78,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from choice_accuracy import FULL, REDUCED, render
 
     settings = {s.model: s for s in FULL + REDUCED}
-    out = (args.to or args.source / ("replanned-without-startup" if args.without_startup else "replanned")).resolve()
+    out = (args.to or args.source / (f"replanned-without-{args.without}" if args.without else "replanned")).resolve()
     done = []
     for result in sorted((args.source / "raw").glob("*.json")):
         if result.name.endswith(".setting.json") or not result.with_suffix(".setting.json").exists():
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             log.warning("skipping %s: recorded before evaluate kept the whole profile", result.name)
             continue
         setting = read_json(result.with_suffix(".setting.json"))
-        new = replan(evaluation, int(setting["total_steps"]), with_startup=not args.without_startup)
+        new = replan(evaluation, int(setting["total_steps"]), without=args.without)
         change = largest_prediction_change(evaluation, new)
         log.info("%s: largest change of a predicted time %.2f %%", result.stem, 100 * change)
         if args.check and change > 1e-6:

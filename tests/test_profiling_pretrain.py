@@ -72,6 +72,7 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
         assert device.steps_per_s > 0 and 10 <= device.steps <= 22
         assert device.time_s >= 1.0 or device.steps == 22  # the window, or the cap
         assert 0 < device.startup_s <= device.first_step_s
+        assert device.startup_power_w == pytest.approx(busy_w, rel=0.15)  # its TF task is up from the start
         assert device.idle_power_w == pytest.approx(idle_w, abs=0.01)
         assert device.busy_power_w == pytest.approx(busy_w, rel=0.1)
     [run] = profile.runs
@@ -96,7 +97,7 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     import pandas as pd
 
     table = pd.read_parquet(parquet_path)
-    assert sorted(table["kind"]) == ["idle", "idle", "set", "solo", "solo"]
+    assert sorted(table["kind"]) == ["idle", "idle", "set", "solo", "solo", "startup", "startup"]
     devices, runs, job = to_planner_inputs(profile, total_steps=500)
     from hetcluster.planner.inputs import validate_inputs
 

@@ -3,7 +3,7 @@
     T(S) = t_pretrain + t_run(S)                             time_s (memory-plan slowdown is in R)
     t_run(S) = max((N_rem + Σ_{i∈S} x_i·L_i) / R(S), max_{i∈S} F_i)     for N_rem = N − N_pre > 0
     P(S) = see power.py                                       power_w
-    E(S) = E_pretrain + P(S) · t_run(S)                       energy_j (pre-training energy is the
+    E(S) = E_pretrain + E_run(S), E_run ≈ P(S) · t_run(S)     energy_j (pre-training energy is the
                                                               same for every row: already spent)
     EDP  = E(S) · T(S)                                        edp_js
 
@@ -14,7 +14,13 @@ done, and never before every member's first step F_i has come back (a slow board
 outlasts the others' whole share holds the end of the run: measured, densenet121 server+nano).
 Without start-up measurements (L = F = 0) it is N_rem / R(S). Between the fluid end and that
 first step the other members wait idle, so the run's energy drops their dynamic power over that
-tail, and power_w is the run's mean (energy over time), as a meter over the run would read it.
+tail. During its start-up L_i a member draws its start-up power Q_i (measured alone in
+pre-training, DeviceProfile.startup_power_w) instead of its power in S, P_i(S) = p_i + γ·u_i·(P_i − p_i):
+
+    E_run(S) = P(S)·t_run − tail − Σ_{i∈S} (P_i(S) − Q_i)·L_i
+
+(members without a measured Q_i keep P_i(S)), and power_w is the run's mean E_run/t_run, as a
+meter over the run would read it.
 
 Relative uncertainties: σ_T = σ_R on the remaining part; σ_E = sqrt(σ_P² + σ_R²) on the remaining
 part; σ_EDP = σ_E + σ_T (relative, added rather than in quadrature because E and T share the
@@ -100,7 +106,12 @@ def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -
     job = models.job
     dynamic_w = units.busy_power_w - units.idle_power_w
     startup = units.has_startup and job.remaining_steps > 0
-    util_weights = np.column_stack([dynamic_w, units.rate_steps_per_s * units.startup_s]) if startup else dynamic_w
+    if startup:  # Σ W_i·u_i·g_i for g = power above idle, steps lost to start-up r_i·L_i, and (P_i − p_i)·L_i
+        # over the members whose start-up power was measured (the others' start-up stays priced at P_i(S))
+        start_s, start_w = units.measured_startup()
+        util_weights = np.column_stack([dynamic_w, units.rate_steps_per_s * units.startup_s, dynamic_w * start_s])
+    else:
+        util_weights = dynamic_w
     steps, rel_r, q, factor = models.throughput.predict_weights(weights, units, util_weights)
     dynamic_util = q.weighted_util[:, 0] if startup else q.weighted_util
     power, rel_p = models.power.predict(weights, units, dynamic_util, factor, job.idle_power_counts)
@@ -115,7 +126,11 @@ def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -
         # past the fluid end only the straggler's first step runs: the others wait idle
         busy_w = models.power.dynamic(weights, units, dynamic_util, factor)
         tail_w = np.maximum(busy_w - dynamic_w[straggler], 0.0)
-        rest_j = power * remaining_s - tail_w * (remaining_s - lagged_s)
+        # during its start-up L_i a member draws its measured start-up power, not its power in S
+        # (members without a measured start-up power keep the training power: both terms 0)
+        start_gap_j = (models.power.members_weighted(weights, units, q.weighted_util[:, 2], factor, start_s)
+                       - weights @ (start_w * start_s))
+        rest_j = power * remaining_s - tail_w * (remaining_s - lagged_s) - start_gap_j
         power = rest_j / np.maximum(remaining_s, 1e-300)  # the run's mean power, as measured
     time_s = job.pretrain_time_s + remaining_s
     energy_j = job.pretrain_energy_j + rest_j

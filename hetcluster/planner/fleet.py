@@ -33,10 +33,19 @@ class Units:
                                             # (excluded ones), counted when idle power counts
     startup_s: np.ndarray | None = None     # steady-line intercept of a run alone (None: all 0)
     first_step_s: np.ndarray | None = None  # run start → first completed step (None: all 0)
+    startup_power_w: np.ndarray | None = None  # mean power over the start-up (NaN/None: not measured)
 
     @property
     def has_startup(self) -> bool:
         return self.startup_s is not None and bool(np.any(self.startup_s > 0) or np.any(self.first_step_s > 0))
+
+    def measured_startup(self) -> tuple[np.ndarray, np.ndarray]:
+        """(startup_s, startup_power_w) of the units whose start-up power was measured, 0 for the
+        others (their start-up stays priced at their training power)."""
+        power = self.startup_power_w if self.startup_power_w is not None else np.full(self.size, np.nan)
+        measured = np.isfinite(power) & (self.startup_s is not None)
+        startup_s = self.startup_s if self.startup_s is not None else np.zeros(self.size)
+        return np.where(measured, startup_s, 0.0), np.where(measured, np.nan_to_num(power), 0.0)
 
     @property
     def counts(self) -> np.ndarray:
@@ -60,6 +69,7 @@ def device_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
         is_classes=False,
         startup_s=np.array([d.startup_s for d in devices], dtype=np.float64),
         first_step_s=np.array([d.first_step_s for d in devices], dtype=np.float64),
+        startup_power_w=np.array([_startup_power_w([d]) for d in devices], dtype=np.float64),
     )
 
 
@@ -73,7 +83,7 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
     for d in devices:
         key = (d.class_key if d.class_key is not None else f"device:{d.name}", bool(d.memory_fits), float(d.memory_slowdown))
         groups.setdefault(key, []).append(d)
-    labels, members, rate, rate_std, busy, idle, fits, startup, first = [], [], [], [], [], [], [], [], []
+    labels, members, rate, rate_std, busy, idle, fits, startup, first, startup_power = [], [], [], [], [], [], [], [], [], []
     used_labels: set[str] = set()
     for key, group in groups.items():
         group = sorted(group, key=lambda d: (d.name not in first,))  # stable: required first
@@ -94,6 +104,7 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         fits.append(key[1])
         startup.append(float(np.mean([d.startup_s for d in group])))
         first.append(float(np.mean([d.first_step_s for d in group])))
+        startup_power.append(_startup_power_w(group))
     return Units(
         labels=tuple(labels),
         members=tuple(members),
@@ -105,7 +116,14 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         is_classes=True,
         startup_s=np.array(startup, dtype=np.float64),
         first_step_s=np.array(first, dtype=np.float64),
+        startup_power_w=np.array(startup_power, dtype=np.float64),
     )
+
+
+def _startup_power_w(group) -> float:
+    """Mean measured start-up power of the devices (NaN when none was measured: 0 in the profile)."""
+    measured = [d.startup_power_w for d in group if d.startup_power_w > 0]
+    return float(np.mean(measured)) if measured else float("nan")
 
 
 def run_weights(units: Units, device_sets: list[tuple[str, ...]]) -> np.ndarray:

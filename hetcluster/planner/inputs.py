@@ -30,6 +30,7 @@ class DeviceMeasurement:
     steps_per_s_std: float = 0.0  # spread of the solo measurement (for uncertainty)
     first_step_s: float = 0.0     # run start → first completed step (graph set-up, first step)
     startup_s: float = 0.0        # intercept of the steady line: N steps alone take ≈ startup_s + N/rate
+    startup_power_w: float = 0.0  # mean power over that start-up (0: not measured, priced as training)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def validate_inputs(
         _nonnegative_finite(d.idle_power_w, f"idle_power_w of device {d.name!r}", fix)
         _nonnegative_finite(d.steps_per_s_std, f"steps_per_s_std of device {d.name!r}", fix)
         _positive_finite(d.memory_slowdown, f"memory_slowdown of device {d.name!r}", fix)
+        _nonnegative_finite(d.startup_power_w, f"startup_power_w of device {d.name!r}", fix)
     kept = usable_runs(devices, runs)
     if len(kept) != len(tuple(runs)):
         bad = [r for r in runs if r not in kept]

@@ -64,10 +64,12 @@ class PowerModel:
         _, _, q, factor = throughput.predict_weights(weights, units, units.busy_power_w - units.idle_power_w)
         return self.combine(weights, units, q.weighted_util, factor)
 
-    def _above_idle(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
-        """Σ over members of their power above idle while training (no γ)."""
+    def _above_idle(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray,
+                    flat_w: np.ndarray | None = None) -> np.ndarray:
+        """Σ over members of their power above idle while training (no γ). weighted_util is
+        Σ W_i·g_i·u_i for a per-unit g, flat_w that g (default busy − idle)."""
         if self.form == "flat":
-            return weights @ (units.busy_power_w - units.idle_power_w)
+            return weights @ (units.busy_power_w - units.idle_power_w if flat_w is None else flat_w)
         return weighted_util * np.minimum(factor, 1.0)
 
     def _with_multi_factor(self, n: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -76,6 +78,13 @@ class PowerModel:
 
     def combine(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
         return weights @ units.idle_power_w + self._above_idle(weights, units, weighted_util, factor)
+
+    def members_weighted(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray,
+                         per_watt: np.ndarray) -> np.ndarray:
+        """Σ_{i∈S} P_i(S)·c_i, each member's power in S (γ included, as predict() has it) weighted by a
+        per-unit c; weighted_util must be Σ W_i·(busy − idle)_i·c_i·u_i."""
+        above = self._above_idle(weights, units, weighted_util, factor, (units.busy_power_w - units.idle_power_w) * per_watt)
+        return self._with_multi_factor(row_sums(weights), weights @ (units.idle_power_w * per_watt) + above)
 
     def dynamic(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """The members' power above their idle power while they train (γ included)."""

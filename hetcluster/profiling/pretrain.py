@@ -14,7 +14,9 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    the job: the profile records the step count and the checkpoint to continue from.
 
 Times and power use each run's measurement window (from the end of the warm-up steps to the last
-completion, stamped on the workers), so start-up and warm-up are excluded. A device whose launch
+completion, stamped on the workers), so start-up and warm-up are excluded from them; each solo
+run records the start-up itself apart (first step, steady-line intercept, and the mean power
+over that intercept), which the planner prices separately. A device whose launch
 or run fails, or that is lost during a run, is excluded with a warning and the rest continue.
 """
 
@@ -33,8 +35,11 @@ from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
 from hetcluster.profiling.sets import calibration_sets
 from hetcluster.training.checkpoints import checkpoint_steps
+from hetcluster.training.spec import TRAIN_POWER_RATE_HZ
 
 log = logging.getLogger(__name__)
+
+MIN_STARTUP_WINDOW_S = 0.25   # shorter start-ups take their power over the first step instead
 
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done", "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
@@ -49,7 +54,7 @@ class PretrainSettings:
     min_window_s: float = 3.0
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     idle_s: float = 3.0
-    power_rate_hz: float = 10.0
+    power_rate_hz: float = TRAIN_POWER_RATE_HZ  # as training samples: the recorders load an emulating host
     max_sets: int = 3
     learning_rate: float = 0.01
     run_timeout_s: float = 600.0
@@ -185,6 +190,15 @@ def _startup(result: Any) -> tuple[float, float]:
     return first_step_s, min(max(0.0, startup_s), first_step_s)
 
 
+def _startup_power_w(recorder: Any, result: Any, first_step_s: float, startup_s: float) -> float:
+    """Mean power over a solo run's start-up [start, start + startup_s] (over the first step when
+    the start-up is too short to hold a power sample); 0.0 when nothing was recorded there."""
+    window_s = startup_s if startup_s >= MIN_STARTUP_WINDOW_S else first_step_s
+    if window_s <= 0:
+        return 0.0
+    return recorder.mean_power_w(result.start_wall_s, result.start_wall_s + window_s)
+
+
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
                     on_event: EventFn | None = None) -> Profile:
@@ -221,7 +235,8 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w[name],
                 steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
                 power_source=(recorder.samples[-1].source if recorder.samples else ""),
-                first_step_s=first_step_s, startup_s=startup_s))
+                first_step_s=first_step_s, startup_s=startup_s,
+                startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s)))
         solo = {d.name: d.steps_per_s for d in devices}
         by_name = {d.name: d for d in devices}
         for members in calibration_sets(solo, settings.max_sets):

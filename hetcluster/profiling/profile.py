@@ -1,7 +1,7 @@
 """The pre-training profile: what each device and calibration set measured, stored and converted.
 
 Written as a JSON summary (complete, authoritative, read back by ``load_profile``) and a Parquet
-table with one row per measurement (kind ``idle``/``solo``/``set``) for analysis with pandas.
+table with one row per measurement (kind ``idle``/``solo``/``startup``/``set``) for analysis with pandas.
 Both files are written atomically (temporary file + ``os.replace``). ``to_planner_inputs`` turns a
 profile into the planner's ``DeviceMeasurement``/``RunMeasurement``/``JobSpec``.
 """
@@ -27,7 +27,9 @@ class DeviceProfile:
     already up) to the device's first completed step — graph instantiation and the first, slow
     step. ``startup_s``: where the steady line count(t) = steps_per_s·(t − startup_s) through the
     end of the warm-up crosses zero, so a run of N steps lasts about startup_s + N/steps_per_s.
-    Both 0 in profiles written before they were recorded.
+    ``startup_power_w``: the device's mean power over that start-up (graph set-up draws other power
+    than training: less on a fast device waiting on one Python thread, more on a board whose
+    set-up saturates its cores). All three 0 in profiles written before they were recorded.
     """
 
     name: str
@@ -41,6 +43,7 @@ class DeviceProfile:
     power_source: str = ""
     first_step_s: float = 0.0
     startup_s: float = 0.0
+    startup_power_w: float = 0.0
 
 
 @dataclass
@@ -106,6 +109,10 @@ class Profile:
             rows.append({"kind": "solo", "devices": d.name, "num_devices": 1, "steps": d.steps, "time_s": d.time_s,
                          "steps_per_s": d.steps_per_s, "steps_per_s_std": d.steps_per_s_std,
                          "power_w": d.busy_power_w, "energy_j": d.energy_j})
+            if d.startup_power_w > 0:  # the solo run's start-up, where it was measured
+                rows.append({"kind": "startup", "devices": d.name, "num_devices": 1, "steps": 0, "time_s": d.startup_s,
+                             "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.startup_power_w,
+                             "energy_j": d.startup_power_w * d.startup_s})
         for r in self.runs:
             rows.append({"kind": "set", "devices": "+".join(r.devices), "num_devices": len(r.devices),
                          "steps": r.steps, "time_s": r.time_s, "steps_per_s": r.steps_per_s, "steps_per_s_std": 0.0,
@@ -148,7 +155,8 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
 
     devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s, busy_power_w=d.busy_power_w,
                                  idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std,
-                                 first_step_s=d.first_step_s, startup_s=d.startup_s)
+                                 first_step_s=d.first_step_s, startup_s=d.startup_s,
+                                 startup_power_w=d.startup_power_w)
                for d in profile.devices]
     runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s, steps_per_s=r.steps_per_s,
                            power_w=r.power_w, per_device_steps=dict(r.per_device_steps),
