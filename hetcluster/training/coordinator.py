@@ -27,9 +27,15 @@ from typing import Any, Callable, Sequence
 
 from hetcluster.errors import AgentError, TrainingError
 from hetcluster.fileio import write_json_atomic
-from hetcluster.training.spec import TRAIN_POWER_RATE_HZ, RunResult, TrainSpec
+from hetcluster.training.spec import RunResult, TrainSpec
 
 log = logging.getLogger(__name__)
+
+# Power sampling rate while a job trains. The emulated agents' power model runs on the coordinator's
+# host and costs CPU: on the 2-core test machine 10 Hz on two devices slowed training to 0.73 of a
+# bare PSS loop, 2 Hz to 0.91, none to 1.01 (benchmarks/ps_overhead.py). The model averages the
+# utilisation over each interval, so fewer samples lose resolution, not energy; runs last minutes.
+TRAIN_POWER_RATE_HZ = 2.0
 
 # on_progress(done, to_do, elapsed_s, power_w): applied steps of this run, its target, seconds, live watts
 ProgressFn = Callable[[int, int, float, float], None]

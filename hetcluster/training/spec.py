@@ -15,13 +15,6 @@ from hetcluster.errors import ConfigError
 from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
 
-# Power sampling rate while a job trains, and while pre-training measures it (the same, so the
-# measured rates hold for training). The emulated agents' power model runs on the coordinator's
-# host and costs CPU: on the 2-core test machine 10 Hz on two devices slowed training to 0.73 of a
-# bare PSS loop, 2 Hz to 0.91, none to 1.01 (benchmarks/ps_overhead.py). The model averages the
-# utilisation over each interval, so fewer samples lose resolution, not energy.
-TRAIN_POWER_RATE_HZ = 2.0
-
 
 @dataclass(frozen=True)
 class ClusterAddresses:
