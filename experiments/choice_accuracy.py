@@ -15,7 +15,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--out-dir DIR]
+Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--job-scale K] [--out-dir DIR]
         .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,15 @@ REDUCED = (
     Setting("small_cnn", "16x16x3", 16, 120, pretrain_steps=12, warmup_steps=3),
     Setting("mobilenet_v2", "32x32x3", 8, 80, pretrain_steps=8, warmup_steps=2),
 )
+
+
+def scaled(settings: tuple[Setting, ...], job_scale: int) -> tuple[Setting, ...]:
+    """The settings with K times the total steps: pre-training (capped at a third of the job) gets
+    longer windows and becomes a smaller share of the job, so near-ties are decided by the planner
+    rather than by the host's run-to-run noise; every configuration then trains K times longer."""
+    if job_scale < 1:
+        raise SystemExit(f"--job-scale must be a whole number >= 1, got {job_scale}")
+    return tuple(replace(s, total_steps=s.total_steps * job_scale) for s in settings)
 
 
 def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path) -> dict[str, Any]:
@@ -115,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reduced", action="store_true", help="two light models, few steps (CI, a quick look)")
     parser.add_argument("--models", help="only these models of the configuration, comma-separated")
-    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>")
+    parser.add_argument("--job-scale", type=int, default=1,
+                        help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
+    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
     parser.add_argument("--render-only", action="store_true", help="only rebuild tables and figures from raw/")
@@ -124,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
     name = "reduced" if args.reduced else "full"
     settings = REDUCED if args.reduced else FULL
+    if args.job_scale != 1:
+        settings, name = scaled(settings, args.job_scale), f"{name}-x{args.job_scale}"
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         unknown = sorted(set(wanted) - {s.model for s in settings})

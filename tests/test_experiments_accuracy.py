@@ -136,3 +136,11 @@ def test_machine_records_of_earlier_runs_are_kept(tmp_path: Path) -> None:
     assert choice_accuracy.previous_runs(path) == [{"command": "old format", "before": {}}]
     path.write_text(json.dumps({"runs": [{"command": "a"}, {"command": "b"}]}))
     assert [r["command"] for r in choice_accuracy.previous_runs(path)] == ["a", "b"]
+
+
+def test_job_scale_multiplies_total_steps_and_rejects_nonsense() -> None:
+    longer = choice_accuracy.scaled(choice_accuracy.FULL, 4)
+    assert [s.total_steps for s in longer] == [4 * s.total_steps for s in choice_accuracy.FULL]
+    assert [s.pretrain_steps for s in longer] == [s.pretrain_steps for s in choice_accuracy.FULL]
+    with pytest.raises(SystemExit, match="job-scale"):
+        choice_accuracy.scaled(choice_accuracy.FULL, 0)
