@@ -82,8 +82,9 @@ def test_start_up_power_under_contention_replaces_the_members_power_in_the_set()
     in_set_w = models.power.members_weighted(weights, units, q.weighted_util, factor, np.ones(2))
     power_w, _ = models.power.predict(weights, units, q.weighted_util, factor, False)
     assert in_set_w == pytest.approx(power_w)  # Σ P_i(S) is the configuration's power
-    # each member's own P_i(S), from unit weights on one member at a time
-    per_member = [models.power.members_weighted(weights, units, *_one(models, units, weights, k), np.eye(2)[k])[0]
+    # each member's own P_i(S): the solve's utilisation-weighted sums with g = (P_i − p_i) on one member at a time
+    _, _, each, _ = models.throughput.predict_weights(weights, units, dyn[:, None] * np.eye(2))
+    per_member = [models.power.members_weighted(weights, units, each.weighted_util[:, k], factor, np.eye(2)[k])[0]
                   for k in range(2)]
     assert sum(per_member) == pytest.approx(power_w[0])
     same = tuple(DeviceMeasurement(d.name, d.steps_per_s, d.busy_power_w, d.idle_power_w, startup_s=d.startup_s,
@@ -92,12 +93,6 @@ def test_start_up_power_under_contention_replaces_the_members_power_in_the_set()
     assert _row(estimate(same, runs, JOB), pair)["energy_j"] == pytest.approx(_row(estimate((a, b), runs, JOB), pair)["energy_j"])
     # (each alone trains at its solo power, above these in-set figures: there the start-ups are cheaper)
     assert _row(estimate(same, runs, JOB), ("a",))["energy_j"] < _row(estimate((a, b), runs, JOB), ("a",))["energy_j"]
-
-
-def _one(models, units, weights, k):
-    dyn = (units.busy_power_w - units.idle_power_w) * np.eye(2)[k]
-    _, _, q, factor = models.throughput.predict_weights(weights, units, dyn)
-    return q.weighted_util, factor
 
 
 def test_without_start_up_measurements_time_is_steps_over_throughput():

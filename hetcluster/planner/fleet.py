@@ -33,7 +33,7 @@ class Units:
                                             # (excluded ones), counted when idle power counts
     startup_s: np.ndarray | None = None     # steady-line intercept of a run alone (None: all 0)
     first_step_s: np.ndarray | None = None  # run start → first completed step (None: all 0)
-    startup_power_w: np.ndarray | None = None  # mean power over the start-up (NaN/None: not measured)
+    startup_power_w: np.ndarray | None = None  # mean power over the start-up (0/None: not measured)
 
     @property
     def has_startup(self) -> bool:
@@ -42,10 +42,9 @@ class Units:
     def measured_startup(self) -> tuple[np.ndarray, np.ndarray]:
         """(startup_s, startup_power_w) of the units whose start-up power was measured, 0 for the
         others (their start-up stays priced at their training power)."""
-        power = self.startup_power_w if self.startup_power_w is not None else np.full(self.size, np.nan)
-        measured = np.isfinite(power) & (self.startup_s is not None)
-        startup_s = self.startup_s if self.startup_s is not None else np.zeros(self.size)
-        return np.where(measured, startup_s, 0.0), np.where(measured, np.nan_to_num(power), 0.0)
+        if self.startup_s is None or self.startup_power_w is None:
+            return np.zeros(self.size), np.zeros(self.size)
+        return np.where(self.startup_power_w > 0, self.startup_s, 0.0), self.startup_power_w
 
     @property
     def counts(self) -> np.ndarray:
@@ -69,7 +68,7 @@ def device_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
         is_classes=False,
         startup_s=np.array([d.startup_s for d in devices], dtype=np.float64),
         first_step_s=np.array([d.first_step_s for d in devices], dtype=np.float64),
-        startup_power_w=np.array([_startup_power_w([d]) for d in devices], dtype=np.float64),
+        startup_power_w=np.array([d.startup_power_w for d in devices], dtype=np.float64),
     )
 
 
@@ -104,7 +103,7 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         fits.append(key[1])
         startup.append(float(np.mean([d.startup_s for d in group])))
         first.append(float(np.mean([d.first_step_s for d in group])))
-        startup_power.append(_startup_power_w(group))
+        startup_power.append(_mean_startup_power_w(group))
     return Units(
         labels=tuple(labels),
         members=tuple(members),
@@ -120,10 +119,10 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
     )
 
 
-def _startup_power_w(group) -> float:
-    """Mean measured start-up power of the devices (NaN when none was measured: 0 in the profile)."""
+def _mean_startup_power_w(group) -> float:
+    """Mean start-up power of the devices that measured one (0, not measured, when none did)."""
     measured = [d.startup_power_w for d in group if d.startup_power_w > 0]
-    return float(np.mean(measured)) if measured else float("nan")
+    return float(np.mean(measured)) if measured else 0.0
 
 
 def run_weights(units: Units, device_sets: list[tuple[str, ...]]) -> np.ndarray:

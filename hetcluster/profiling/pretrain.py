@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 MIN_STARTUP_WINDOW_S = 0.25   # shorter start-ups take their power over the first step instead
 
-# PRETRAIN_POWER_RATE: pre-training samples power at 10 Hz where training samples at 2 Hz
+# Pre-training samples power at 10 Hz where training samples at 2 Hz
 # (coordinator.TRAIN_POWER_RATE_HZ, chosen because recorders cost an emulating host CPU). Its
 # windows are seconds, a fast device's on a small job under one: at 2 Hz such a window holds one
 # sample or none and its power is an interpolation into the start-up (a full choice-accuracy run
@@ -48,6 +48,7 @@ MIN_STARTUP_WINDOW_S = 0.25   # shorter start-ups take their power over the firs
 # 230–242 W), while the 15 solo rates measured at 10 Hz and at 2 Hz differed by +2 % on average
 # (median −3 %, 6 of 15 faster, spread ±15 % — the run-to-run noise of a 3 s window),
 # no systematic slowdown (docs/experiments.md).
+PRETRAIN_POWER_RATE_HZ = 10.0
 
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done", "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
@@ -62,7 +63,7 @@ class PretrainSettings:
     min_window_s: float = 3.0
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     idle_s: float = 3.0
-    power_rate_hz: float = 10.0    # not training's 2 Hz: see PRETRAIN_POWER_RATE above
+    power_rate_hz: float = PRETRAIN_POWER_RATE_HZ
     max_sets: int = 3
     learning_rate: float = 0.01
     run_timeout_s: float = 600.0
