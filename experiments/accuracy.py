@@ -6,6 +6,9 @@ renders its results share these functions, and tests feed them hand-made evaluat
 * a choice is *exact* when the planner's configuration is the measured best for the objective;
 * it is *within 5%* when its measured regret ((chosen − best) / best of the objective's metric) is
   at most 5% — on a shared 2-core host two configurations often measure within noise of each other;
+* with every configuration trained several times (`evaluate --repeats`), it is *within noise* when
+  exact or when some run of the chosen configuration measured at least as good as some run of the
+  best one (the ground truth cannot separate them); the exact rate is then against the mean;
 * MAPE of time and energy is over every measured configuration of the model, whole job
   (`mape`, what a user waits for) and training phase only (`mape_training_phase`);
 * the pre-training overhead is pre-training time over the whole measured job of the configuration
@@ -31,7 +34,8 @@ def choice_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any
         rows.append({"model": model, "objective": objective, "chosen": "+".join(score["chosen"]),
                      "best": "+".join(score["best"] or []), "exact": score.get("exact"),
                      "regret": regret,
-                     "within_5pct": None if regret is None else bool(regret <= REGRET_TOLERANCE)})
+                     "within_5pct": None if regret is None else bool(regret <= REGRET_TOLERANCE),
+                     "within_noise": score.get("within_noise")})
     return rows
 
 
@@ -72,9 +76,11 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float)
     for objective in [o for o in OBJECTIVES if o in set(choices["objective"])]:
         part = choices[choices["objective"] == objective]
         rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
-                     "within_5pct": _rate(part["within_5pct"]), "mean_regret": part["regret"].dropna().mean()})
+                     "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
+                     "mean_regret": part["regret"].dropna().mean()})
     rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
-                 "within_5pct": _rate(choices["within_5pct"]), "mean_regret": choices["regret"].dropna().mean(),
+                 "within_5pct": _rate(choices["within_5pct"]), "within_noise": _rate(choices["within_noise"]),
+                 "mean_regret": choices["regret"].dropna().mean(),
                  "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
                  "mape_time_training": models["mape_time_training"].mean(),
                  "mape_energy_training": models["mape_energy_training"].mean(),
@@ -87,7 +93,8 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
            ) -> dict[str, pd.DataFrame]:
     """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
     choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
-                           columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct"])
+                           columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct",
+                                    "within_noise"])
     models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
     configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
     return {"choices": choices, "models": models, "configurations": configs,

@@ -15,7 +15,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--job-scale K] [--out-dir DIR]
+Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--job-scale K] [--repeats R] [--out-dir DIR]
         .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
@@ -80,7 +80,7 @@ def scaled(settings: tuple[Setting, ...], job_scale: int) -> tuple[Setting, ...]
     return tuple(replace(s, total_steps=s.total_steps * job_scale) for s in settings)
 
 
-def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path) -> dict[str, Any]:
+def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path, repeats: int = 1) -> dict[str, Any]:
     """`hetcluster evaluate` for one model; returns its JSON with the wall time added to the setting."""
     out = raw_dir / f"{setting.model}.json"
     shutil.rmtree(work_dir / setting.model, ignore_errors=True)  # pre-training would resume an old checkpoint
@@ -88,9 +88,11 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
     run_cli(["evaluate", "--inventory", inventory, "--model", setting.model, "--input-shape", setting.input_shape,
              "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
              "--pretrain-steps", setting.pretrain_steps, "--warmup-steps", setting.warmup_steps,
-             "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out],
+             "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out,
+             "--repeats", repeats],
             raw_dir / "evaluate.log")
-    record = {"setting": {**asdict(setting), "wall_s": time.monotonic() - started, "machine_after": machine_info()},
+    record = {"setting": {**asdict(setting), "repeats": repeats, "wall_s": time.monotonic() - started,
+                          "machine_after": machine_info()},
               "evaluation": read_json(out)}
     write_json(raw_dir / f"{setting.model}.setting.json", record["setting"])
     return record
@@ -126,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help="only these models of the configuration, comma-separated")
     parser.add_argument("--job-scale", type=int, default=1,
                         help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
-    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK]")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="train every configuration R times, truth = their mean (default 1); results default to ...-rR")
+    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
     parser.add_argument("--render-only", action="store_true", help="only rebuild tables and figures from raw/")
@@ -137,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = REDUCED if args.reduced else FULL
     if args.job_scale != 1:
         settings, name = scaled(settings, args.job_scale), f"{name}-x{args.job_scale}"
+    if args.repeats < 1:
+        parser.error(f"--repeats must be 1 or more, got {args.repeats}")
+    if args.repeats > 1:
+        name = f"{name}-r{args.repeats}"
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         unknown = sorted(set(wanted) - {s.model for s in settings})
@@ -148,14 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     raw_dir = out_dir / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
-        run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}", args.fresh, sys.argv)
+        run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}", args.fresh,
+                sys.argv, args.repeats)
     frames = render(out_dir, settings)
     log.info("summary:\n%s", frames["summary"].to_string(index=False))
     log.info("results in %s", out_dir)
     return 0
 
 
-def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str]) -> None:
+def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str],
+            repeats: int = 1) -> None:
     """Bring the fleet up, evaluate every model not yet in raw/, record the machine, tear down."""
     raw_dir = out_dir / "raw"
     todo = [s for s in settings if fresh or not (raw_dir / f"{s.model}.setting.json").exists()]
@@ -170,7 +180,7 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
                              setting.batch_size, setting.total_steps)
-                    evaluate_model(setting, inventory, raw_dir, work_dir)
+                    evaluate_model(setting, inventory, raw_dir, work_dir, repeats)
                     finished.append(setting.model)
     finally:  # an interrupted run still records what it finished; rerunning the command resumes
         shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results

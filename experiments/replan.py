@@ -58,9 +58,10 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
     for config in evaluation["configurations"]:
         devices_of = tuple(config["devices"])
         measured = JobMetrics.from_mapping(config["measured"]) if config.get("measured") else None
-        details = {k: v for k, v in config.items() if k not in ("devices", "predicted", "measured", "error")}
+        details = {k: v for k, v in config.items() if k not in ("devices", "predicted", "measured", "error", "repeats")}
         results.append(ConfigurationResult(devices_of, predicted[frozenset(devices_of)], measured,
-                                           error=config.get("error"), details=details))
+                                           error=config.get("error"), details=details,
+                                           repeats=[JobMetrics.from_mapping(m) for m in config.get("repeats", [])]))
     choices = {name: tuple(choose(table, get_objective(name)).chosen) for name in evaluation["objectives"]}
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     return evaluation_dict(results, choices, pretrain, profile)

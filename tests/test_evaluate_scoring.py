@@ -43,3 +43,47 @@ def test_mape_over_measured_configurations_only():
     assert errors["power_w"] == pytest.approx((0 + 10 / 40 + 5 / 55) / 3)
     phase = mape(RESULTS, pretrain_time_s=10.0, pretrain_energy_j=100.0)
     assert phase["time_s"] == pytest.approx((10 / 100 + 0 + 20 / 60) / 3)  # pre-training taken out of both
+
+
+def _repeated(devices, *run_times_s, power_w=10.0, pre_t=10.0, pre_e=100.0):
+    """A configuration trained once per run time (a run's energy = power × its time)."""
+    from hetcluster.evaluation.harness import merge_repeats
+
+    pretrain = {"time_s": pre_t, "energy_j": pre_e}
+    runs = [ConfigurationResult(devices, predicted=_metrics(50.0, power_w), measured=_metrics(pre_t + t, power_w),
+                                details={"run": {"time_s": t, "energy_j": power_w * t}}) for t in run_times_s]
+    return merge_repeats(runs, pretrain)
+
+
+def test_repeated_configuration_is_measured_by_its_mean_run_and_keeps_every_run():
+    merged = _repeated(("a",), 40.0, 60.0, power_w=10.0)
+    assert merged.measured.time_s == pytest.approx(10.0 + 50.0)
+    assert merged.measured.energy_j == pytest.approx(100.0 + 10.0 * 50.0)
+    assert [m.time_s for m in merged.repeats] == pytest.approx([50.0, 70.0])
+    assert [r["time_s"] for r in merged.details["runs"]] == [40.0, 60.0]
+    assert merged.to_dict()["repeats"][1]["time_s"] == pytest.approx(70.0)
+
+
+def test_a_failed_repeat_keeps_its_error_beside_the_runs_that_worked():
+    from hetcluster.evaluation.harness import merge_repeats
+
+    ok = _repeated(("a",), 40.0)
+    failed = ConfigurationResult(("a",), predicted=ok.predicted, measured=None, error="launch failed")
+    merged = merge_repeats([ok, failed], {"time_s": 10.0, "energy_j": 100.0})
+    assert merged.measured.time_s == pytest.approx(50.0) and merged.error == "launch failed"
+    both_failed = merge_repeats([failed, failed], {"time_s": 10.0, "energy_j": 100.0})
+    assert both_failed.measured is None and both_failed.repeats == []
+
+
+def test_within_noise_when_the_runs_of_chosen_and_best_overlap():
+    results = [_repeated(("a",), 40.0, 50.0), _repeated(("b",), 44.0, 56.0), _repeated(("c",), 60.0, 62.0)]
+    best = score_objective(results, "time", ("a",))
+    assert best["exact"] is True and best["within_noise"] is True
+    overlapping = score_objective(results, "time", ("b",))  # mean 50 vs 45, but 44 < 50
+    assert overlapping["exact"] is False and overlapping["within_noise"] is True
+    apart = score_objective(results, "time", ("c",))          # 60 > 50: every run slower than every run of a
+    assert apart["exact"] is False and apart["within_noise"] is False
+
+
+def test_within_noise_needs_repeats_of_both():
+    assert "within_noise" not in score_objective(RESULTS, "time", ("a", "b"))

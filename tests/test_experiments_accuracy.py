@@ -70,6 +70,16 @@ def test_summary_rates_per_objective_and_overall() -> None:
     assert summary.loc["all", "mape_time_training"] == pytest.approx(0.4)
     assert summary.loc["all", "pretrain_overhead"] == pytest.approx(0.3)
     assert summary.loc["reference paper", "exact"] == pytest.approx(0.7667)
+    assert pd.isna(summary.loc["all", "within_noise"])  # trained once: the truth's noise is unknown
+
+
+def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
+    ev = evaluation({"time": ["a", "b"], "edp": ["b"]}, {"time": 0.02, "edp": 0.2}, 0.1, 0.1)
+    ev["objectives"]["time"]["within_noise"] = True
+    ev["objectives"]["edp"]["within_noise"] = False
+    summary = accuracy.tables([("m", {}, ev)], 0.7667)["summary"].set_index("scope")
+    assert summary.loc["all", "exact"] == 0.0 and summary.loc["all", "within_noise"] == pytest.approx(0.5)
+    assert summary.loc["time", "within_noise"] == 1.0
 
 
 def test_unmeasured_choice_counts_as_unknown_not_wrong() -> None:
@@ -144,3 +154,9 @@ def test_job_scale_multiplies_total_steps_and_rejects_nonsense() -> None:
     assert [s.pretrain_steps for s in longer] == [s.pretrain_steps for s in choice_accuracy.FULL]
     with pytest.raises(SystemExit, match="job-scale"):
         choice_accuracy.scaled(choice_accuracy.FULL, 0)
+
+
+def test_repeats_name_their_results_and_reject_nonsense(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        choice_accuracy.main(["--repeats", "0", "--render-only", "--out-dir", str(tmp_path)])
+    assert "--repeats must be 1 or more" in capsys.readouterr().err

@@ -48,3 +48,10 @@ def test_evaluate_rejects_unknown_configuration(tmp_path):
                      "--out", str(tmp_path / "r.json"))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "--configs" in result.stderr and "nobody" in result.stderr
+
+
+def test_evaluate_rejects_zero_repeats(tmp_path):
+    result = run_cli("evaluate", "--inventory", str(_inventory(tmp_path)), "--repeats", "0",
+                     "--out", str(tmp_path / "r.json"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--repeats" in result.stderr and len([line for line in result.stderr.splitlines() if line.strip()]) == 1

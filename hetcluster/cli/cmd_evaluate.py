@@ -6,6 +6,11 @@ The JSON (--out, rewritten atomically after every configuration so a long run ke
 has `configurations`, `objectives`, `pretrain` and `mape` as issue 5 specifies; `pretrain.overhead`
 is the pre-training time over the whole measured job of the configuration the `edp` objective
 chose. `mape_training_phase` adds the errors with pre-training taken out of both sides.
+
+`--repeats R` trains every configuration R times, in R rounds over all configurations (so a slow
+drift of the host spreads over all of them rather than landing on one), each run from its own
+fresh copy of the pre-training checkpoint; a configuration is then measured by its mean and each
+objective says whether the choice is within the ground truth's own noise (evaluation/scoring.py).
 """
 
 from __future__ import annotations
@@ -62,13 +67,18 @@ def evaluate_command(
     objectives: str = typer.Option("time,power,energy,edp", "--objectives", help="Comma-separated objectives to score."),
     out: Path = typer.Option(Path("evaluation.json"), "--out", help="Result JSON (rewritten after every configuration)."),
     configs: Optional[str] = typer.Option(None, "--configs", help="Only these configurations, e.g. server+rpi4,server (default: all)."),
+    repeats: int = typer.Option(1, "--repeats", help="Train every configuration this many times; the truth is their mean."),
     round_steps: int = typer.Option(0, "--round-steps", hidden=True),
 ) -> None:
     """Train every configuration from one pre-training checkpoint and score the planner's choices."""
     from hetcluster.cli.cmd_plan import make_plan
 
+    from hetcluster.errors import ConfigError
+
     console = make_console()
     names = parse_objectives(objectives)
+    if repeats < 1:
+        raise ConfigError(f"--repeats {repeats}: a configuration must be trained at least once.", hint="give --repeats 1 or more.")
     workdir = workdir.resolve()
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)
@@ -78,7 +88,7 @@ def evaluate_command(
         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
         max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
     evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
-                                out, console, round_steps=round_steps)
+                                out, console, round_steps=round_steps, repeats=repeats)
     from hetcluster.cli.train_output import evaluation_tables
 
     console.print(evaluation_tables(evaluation))
@@ -93,11 +103,12 @@ def _choices(plan: Any, names: list[str]) -> dict[str, tuple[str, ...]]:
 
 def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
                    objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
-                   console: Console, round_steps: int = 0) -> dict[str, Any]:
-    """Measure each configuration (a live progress line per run), score, write ``out`` as it goes."""
+                   console: Console, round_steps: int = 0, repeats: int = 1) -> dict[str, Any]:
+    """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
+    score, write ``out`` as it goes."""
     from hetcluster.cli.cmd_train import LiveProgress
     from hetcluster.errors import ConfigError
-    from hetcluster.evaluation.harness import configuration_label, measure_configuration
+    from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices
     from hetcluster.training.report import JobMetrics
@@ -116,23 +127,27 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     choices = _choices(plan, objectives)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
-    results = []
-    for devices, metrics in configs:
-        label = configuration_label(devices)
-        display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}")
-        try:
-            with display:
-                result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
-                                               pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
-                                               run=run_on_devices, on_progress=display.update,
-                                               round_steps=round_steps)
-        except SegmentInterrupted:
-            console.print(f"[yellow]interrupted[/] during {label}: servers stopped; {len(results)} configurations in {out}")
-            raise typer.Exit(130) from None
-        if result.error:
-            console.print(f"[red]failed:[/] {label}: {result.error}")
-        results.append(result)
-        write_json_atomic(out, evaluation_dict(results, choices, pretrain, profile))
+    runs: dict[tuple[str, ...], list[Any]] = {}
+    for round_index in range(repeats):
+        for devices, metrics in configs:
+            label = configuration_label(devices)
+            suffix = f" ({round_index + 1}/{repeats})" if repeats > 1 else ""
+            display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}{suffix}")
+            try:
+                with display:
+                    result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
+                                                   pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
+                                                   run=run_on_devices, on_progress=display.update,
+                                                   round_steps=round_steps)
+            except SegmentInterrupted:
+                console.print(f"[yellow]interrupted[/] during {label}{suffix}: servers stopped; what was measured is in {out}")
+                raise typer.Exit(130) from None
+            if result.error:
+                console.print(f"[red]failed:[/] {label}{suffix}: {result.error}")
+            runs.setdefault(devices, []).append(result)
+            results = [merge_repeats(done, pretrain) for done in runs.values()]
+            write_json_atomic(out, evaluation_dict(results, choices, pretrain, profile))
+    results = [merge_repeats(done, pretrain) for done in runs.values()]
     return evaluation_dict(results, choices, pretrain, profile)
 
 

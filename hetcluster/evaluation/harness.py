@@ -6,6 +6,11 @@ updates) and trains exactly the job's remaining steps through the same coordinat
 per run, power streams integrated over the run). The measurement of a whole job is then built the
 same way as `hetcluster train` builds it (``report.measured_metrics``: pre-training + run).
 A configuration whose launch or run fails is recorded with its error and the harness goes on.
+
+Trained R times (``evaluate --repeats R``), a configuration's runs are merged by
+:func:`merge_repeats`: the measurement is built from the mean run time and mean run energy, each
+run's own whole-job figures are kept (``repeats``), and ``details["runs"]`` holds every run's
+record (``details["run"]`` stays the first, as with one run).
 """
 
 from __future__ import annotations
@@ -48,3 +53,21 @@ def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetr
                        "energy_per_device_j": measured_run.energy_per_device_j,
                        "final_loss": result.final_loss}}
     return ConfigurationResult(tuple(devices), predicted, metrics, details=details)
+
+
+def merge_repeats(runs: Sequence[ConfigurationResult], pretrain: dict[str, float]) -> ConfigurationResult:
+    """One configuration's repeated measurements as one result: measured from the mean run time and
+    run energy of the runs that succeeded; the error of a failed run is kept beside them."""
+    if len(runs) == 1:
+        return runs[0]
+    ok = [r for r in runs if r.measured is not None]
+    errors = [r.error for r in runs if r.error]
+    first = runs[0]
+    if not ok:
+        return ConfigurationResult(first.devices, first.predicted, None, error="; ".join(errors))
+    records = [r.details["run"] for r in ok]
+    mean_time_s = sum(rec["time_s"] for rec in records) / len(records)
+    mean_energy_j = sum(rec["energy_j"] for rec in records) / len(records)
+    metrics = measured_metrics(pretrain["time_s"], pretrain["energy_j"], mean_time_s, mean_energy_j)
+    return ConfigurationResult(first.devices, first.predicted, metrics, error="; ".join(errors) or None,
+                               details={"run": records[0], "runs": records}, repeats=[r.measured for r in ok])

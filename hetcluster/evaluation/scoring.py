@@ -9,6 +9,12 @@ the planner's choice per objective, so tests and benchmarks can score recorded r
 * MAPE is mean |predicted − measured| / measured over the measured configurations, for the whole
   job (pre-training included on both sides) and for the training phase alone (pre-training time
   and energy subtracted from both), since the shared pre-training part dilutes the whole-job error.
+
+A configuration trained several times (``evaluate --repeats R``) is measured by the mean of its
+runs (``measured``; each run's figures in ``repeats``), and each objective then also says whether
+the choice is ``within_noise``: exact, or the chosen configuration's runs and the best one's
+overlap on the objective's metric (some run of the chosen measured at least as good as some run
+of the best) — the ground truth itself cannot tell the two apart.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ class ConfigurationResult:
     measured: JobMetrics | None = None
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    repeats: list[JobMetrics] = field(default_factory=list)  # each run's measurement (when trained more than once)
 
     def to_dict(self) -> dict[str, Any]:
         data = {"devices": list(self.devices), "predicted": self.predicted.to_dict(),
                 "measured": self.measured.to_dict() if self.measured else None}
         if self.error:
             data["error"] = self.error
+        if self.repeats:
+            data["repeats"] = [m.to_dict() for m in self.repeats]
         data.update(self.details)
         return data
 
@@ -45,7 +54,8 @@ def _key(devices: Sequence[str]) -> frozenset[str]:
 
 
 def score_objective(results: Sequence[ConfigurationResult], objective: str, chosen: Sequence[str]) -> dict[str, Any]:
-    """``{chosen, best, exact, regret, metric}`` for one objective over the measured configurations."""
+    """``{chosen, best, exact, regret, metric}`` for one objective over the measured configurations,
+    and ``within_noise`` when both the chosen and the best configuration were measured more than once."""
     metric = OBJECTIVE_METRIC[objective]
     measured = [r for r in results if r.measured is not None]
     if not measured:
@@ -54,9 +64,12 @@ def score_objective(results: Sequence[ConfigurationResult], objective: str, chos
     best_value = getattr(best.measured, metric)
     mine = next((r for r in measured if _key(r.devices) == _key(chosen)), None)
     regret = None if mine is None or best_value <= 0 else (getattr(mine.measured, metric) - best_value) / best_value
-    return {"chosen": list(chosen), "best": list(best.devices),
-            "exact": None if mine is None else _key(best.devices) == _key(chosen),
-            "regret": regret, "metric": metric}
+    exact = None if mine is None else _key(best.devices) == _key(chosen)
+    score = {"chosen": list(chosen), "best": list(best.devices), "exact": exact, "regret": regret, "metric": metric}
+    if mine is not None and len(mine.repeats) > 1 and len(best.repeats) > 1:
+        score["within_noise"] = bool(exact) or (min(getattr(m, metric) for m in mine.repeats)
+                                                <= max(getattr(m, metric) for m in best.repeats))
+    return score
 
 
 def mape(results: Sequence[ConfigurationResult], pretrain_time_s: float = 0.0,

@@ -1,0 +1,68 @@
+"""`hetcluster evaluate --repeats R`: every configuration trained R times, round by round, from its
+own copy of the checkpoint; the truth is the mean, every run is kept. The trainer is replaced by a
+scripted one (no TensorFlow): the rounds' order and the merge are what is under test here; the
+real training path is tests/test_evaluate_harness.py's."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from hetcluster.planner import plan
+from hetcluster.planner.inputs import DeviceMeasurement, JobSpec
+from hetcluster.training.coordinator import MeasuredRun
+from hetcluster.training.spec import RunResult
+
+# run time of each configuration in each round (s): b+a is the mean best, a wins round 2
+SCRIPT = {("a",): [40.0, 30.0], ("b",): [80.0, 82.0], ("a", "b"): [34.0, 34.0]}
+
+
+def _fake_run(order):
+    def run(fleet, devices, spec, **options):
+        key = tuple(devices)
+        time_s = SCRIPT[key][sum(1 for k in order if k == key)]
+        order.append(key)
+        result = RunResult(steps_applied=10, steps_total=10, steps_restored=0, steps_per_worker={d: 5 for d in devices},
+                           time_s=time_s, start_wall_s=1000.0, end_wall_s=1000.0 + time_s, step_times=[],
+                           final_loss=None, lost_workers=[], checkpoint_path=None)
+        return MeasuredRun(list(devices), result, {d: 10.0 * time_s for d in devices}, launch_s=1.0)
+    return run
+
+
+def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch):
+    import hetcluster.training.coordinator as coordinator
+    from hetcluster.cli.cmd_evaluate import run_evaluation
+
+    order: list[tuple[str, ...]] = []
+    monkeypatch.setattr(coordinator, "run_on_devices", _fake_run(order))
+    devices = [DeviceMeasurement("a", 2.0, 20.0, 5.0), DeviceMeasurement("b", 1.0, 10.0, 5.0)]
+    job = JobSpec(total_steps=10)
+    the_plan = plan(devices, [], job, "edp", ())
+    profile = SimpleNamespace(pretrain_steps=0, pretrain_time_s=5.0, pretrain_energy_j=50.0, checkpoint_path=None,
+                              to_dict=lambda: {})
+    out = tmp_path / "r.json"
+    result = run_evaluation(None, the_plan, profile, None, None, 10, ["time"], None, tmp_path / "w", out,
+                            Console(quiet=True), repeats=2)
+    # two rounds, each over every configuration
+    assert order == [("a",), ("b",), ("a", "b")] * 2
+    configs = {tuple(c["devices"]): c for c in result["configurations"]}
+    assert configs[("a",)]["measured"]["time_s"] == pytest.approx(5.0 + 35.0)
+    assert [m["time_s"] for m in configs[("a",)]["repeats"]] == pytest.approx([45.0, 35.0])
+    assert [r["time_s"] for r in configs[("b",)]["runs"]] == [80.0, 82.0]
+    time = result["objectives"]["time"]
+    assert time["best"] == ["a", "b"] and time["chosen"] == ["a", "b"]   # mean 34 < 35; a+b predicted fastest
+    assert time["exact"] is True and time["within_noise"] is True
+    # scored against the same truth, a would be a miss within the truth's noise (its 30 s run), b a clear one
+    from hetcluster.evaluation.scoring import ConfigurationResult, score_objective
+    from hetcluster.training.report import JobMetrics
+
+    merged = [ConfigurationResult(tuple(c["devices"]), JobMetrics.from_mapping(c["predicted"]),
+                                  JobMetrics.from_mapping(c["measured"]),
+                                  repeats=[JobMetrics.from_mapping(m) for m in c["repeats"]])
+              for c in result["configurations"]]
+    assert score_objective(merged, "time", ("a",))["within_noise"] is True
+    assert score_objective(merged, "time", ("b",))["within_noise"] is False
+    assert json.loads(out.read_text())["configurations"] == result["configurations"]  # written as it went
