@@ -50,3 +50,14 @@ def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 11
     assert PretrainSettings(steps_per_run=20, warmup_steps=3, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 20
+
+
+def test_a_set_may_use_its_share_of_what_the_phase_budget_leaves():
+    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27, max_phase_steps=666)
+    # solo runs took 66 steps: 600 left for three sets → 200 each, then the share of what is left
+    assert settings.set_cap(66, 3) == 200
+    assert settings.set_cap(366, 1) == 300
+    assert settings.set_cap(660, 1) == 27                  # never below the per-run cap
+    assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
+    server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
+    assert settings.set_steps([server, phone], cap=200) == 137 and settings.set_steps([server, phone], cap=100) == 100

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hetcluster.errors import ConfigError
@@ -93,3 +95,44 @@ def test_a_measurement_run_is_extended_until_its_window_is_long_enough():
     # unapplied closures (past the gate) do not count
     from hetcluster.training.engine import _Stamp
     assert _steps_to_fill_window(spec, [_Stamp(1.0, False, 0.0, 9.0, 0)] * 5, room=190) == 2
+
+
+def test_steady_rates_start_when_the_last_worker_is_past_its_set_up():
+    # warm-up 2 → one step per worker skipped. a: 0.5 s steps from 100.0; b: set-up until 102.0,
+    # then 1 s steps. The common window opens at b's first kept step (102.0, its second step)
+    a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]          # ends 100.5 … 106.0
+    b = [(100.0, 102.0, "b"), (102.0, 103.0, "b"), (103.0, 104.0, "b"), (104.0, 105.0, "b")]
+    r = _result(step_times=sorted(a + b, key=lambda row: row[1]), warmup_steps=2,
+                steps_per_worker={"a": 12, "b": 4})
+    t0, t1, rates = r.steady_rates()
+    assert (t0, t1) == (102.0, 106.0)
+    assert rates["a"] == pytest.approx(8 / 4.0)    # a's steps starting at 102.0 … 105.5, over 102 → 106
+    assert rates["b"] == pytest.approx(3 / 3.0)    # b's 3 steps from 102, over 102 → 105
+    # b with only its set-up step and one more: no common steady window yet
+    short = _result(step_times=sorted(a + b[:2], key=lambda row: row[1]), warmup_steps=2,
+                    steps_per_worker={"a": 12, "b": 2})
+    assert short.steady_rates() is None
+    # a worker with no step at all, or one worker only: none either
+    assert _result(step_times=a, warmup_steps=2, steps_per_worker={"a": 12, "b": 0}).steady_rates() is None
+    assert _result(step_times=a, warmup_steps=2, steps_per_worker={"a": 12}).steady_rates() is None
+
+
+def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady():
+    from hetcluster.training.engine import _Stamp, _steps_to_fill_window
+
+    model = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    spec = TrainSpec(model=model, total_steps=10, warmup_steps=2, min_window_s=3.0, max_steps=500)
+    fast = [_Stamp(1.0, True, 0.1 * k, 0.1 * k + 0.1, 0) for k in range(40)]        # 10 steps/s to 4.0 s
+    # the slow worker still in its first step: nothing of it came back; the run's 4 s span as its step
+    assert _steps_to_fill_window(spec, fast, room=460, n_workers=2) == math.ceil(1.1 * 10.0 * 8.0)
+    # its first (set-up) step back at 3.5 s, 3.5 s long: it needs two more such steps (7 s)
+    slow = [_Stamp(1.0, True, 0.0, 3.5, 1)]
+    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=2) == math.ceil(1.1 * (41 - 2) / (4.0 - 0.2) * 7.0)
+    # steady: the slow worker's kept steps 3.5–4.5, 4.5–5.5, 5.5–6.5; the fast one to 7.0 → a window
+    # from 3.5 to 7.0 ≥ 3 s
+    fast_long = [_Stamp(1.0, True, 0.1 * k, 0.1 * k + 0.1, 0) for k in range(70)]
+    steady = slow + [_Stamp(1.0, True, 3.5 + k, 4.5 + k, 1) for k in range(3)]
+    assert _steps_to_fill_window(spec, fast_long + steady, room=430, n_workers=2) == 0
+    # the same steps counted as one worker would have been long enough long ago
+    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=1) == 0
+    assert _steps_to_fill_window(spec, fast + slow, room=5, n_workers=2) == 5     # capped

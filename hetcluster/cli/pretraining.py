@@ -42,7 +42,8 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
 
     profile_path, checkpoint_dir = profile_paths(workdir)
     settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                                max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, len(device_names or fleet.names)))
+                                max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, len(device_names or fleet.names)),
+                                max_phase_steps=(total_steps or 0) // 3)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)

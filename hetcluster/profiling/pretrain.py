@@ -7,9 +7,12 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 2. idle power: ``idle_s`` with no TF server running;
 3. each device alone for ``steps_per_run`` steps — more while the window after the warm-up is
    shorter than ``min_window_s`` (a fast device would otherwise be timed over a few hundredths
-   of a second) — then the calibration sets of ``sets.py``, each sized from its members' solo
-   rates and first steps so that every member reaches a steady rate inside the run; no run takes
-   more than ``step_cap`` steps, so pre-training stays a small part of the job;
+   of a second) — then the calibration sets of ``sets.py``, each run until every member trains
+   steadily in a common window of ``min_window_s`` (sized up front from the members' solo rates
+   and first steps; the engine extends a run that falls short). A set is measured over that
+   window only: a member still setting up loads the shared host without adding steps. No solo
+   run takes more than ``step_cap`` steps and no set more than its share of what
+   ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
@@ -62,6 +65,7 @@ class PretrainSettings:
     warmup_steps: int = 5
     min_window_s: float = 3.0
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
+    max_phase_steps: int = 0       # steps the whole phase may take (0: no budget); sets may use what is left
     idle_s: float = 3.0
     power_rate_hz: float = PRETRAIN_POWER_RATE_HZ
     max_sets: int = 3
@@ -81,7 +85,15 @@ class PretrainSettings:
         """The most steps one run may take (never fewer than steps_per_run)."""
         return max(self.steps_per_run, self.max_steps_per_run or 5 * self.steps_per_run)
 
-    def set_steps(self, members: Sequence[Any]) -> int:
+    def set_cap(self, used_steps: int, sets_left: int) -> int:
+        """The most steps a calibration set may take: ``step_cap``, or its share of what the phase's
+        budget has left when that is more (a set must run until its slowest member trains steadily,
+        while its fast members keep taking steps — steps that count toward the job)."""
+        if self.max_phase_steps <= 0:
+            return self.step_cap
+        return max(self.step_cap, (self.max_phase_steps - used_steps) // max(sets_left, 1))
+
+    def set_steps(self, members: Sequence[Any], cap: int | None = None) -> int:
         """Steps for a calibration set, from its members' solo DeviceProfiles: long enough that
         every member passes its share of the warm-up and takes two more steps after its first
         step is back, and that the window spans min_window_s (solo rates, so an over-estimate
@@ -90,7 +102,7 @@ class PretrainSettings:
         span_s = max((d.first_step_s + share / d.steps_per_s for d in members if d.steps_per_s > 0), default=0.0)
         span_s = max(span_s, self.min_window_s + max((d.first_step_s for d in members), default=0.0))
         steps = sum(d.steps_per_s * max(span_s - d.first_step_s, 0.0) for d in members) + self.warmup_steps
-        return int(min(max(math.ceil(steps), self.steps_per_run), self.step_cap))
+        return int(min(max(math.ceil(steps), self.steps_per_run), cap or self.step_cap))
 
 
 class _Phase:
@@ -140,9 +152,11 @@ class _Phase:
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
 
-    def measure(self, names: Sequence[str], steps: int | None = None) -> tuple[Any, float, float]:
+    def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None) -> tuple[Any, float, float]:
         """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
-        window is shorter than ``min_window_s``; return (RunResult, t0, t1) of its window."""
+        window is shorter than ``min_window_s`` (with several devices: until every one trains
+        steadily in it), never more than ``cap`` (default ``step_cap``); return (RunResult, t0, t1)
+        of its window."""
         from hetcluster.training.launch import launch_cluster
         from hetcluster.training.run_job import run_in_subprocess
         from hetcluster.training.spec import TrainSpec
@@ -152,7 +166,7 @@ class _Phase:
         spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          learning_rate=settings.learning_rate, min_window_s=settings.min_window_s,
-                         max_steps=self.steps_total + max(steps, settings.step_cap))
+                         max_steps=self.steps_total + max(steps, cap or settings.step_cap))
         entries = [self.inventory.device(n) for n in names]
         self.on_event("run_start", {"devices": list(names), "steps": steps})
         try:
@@ -208,6 +222,40 @@ def _startup_power_w(recorder: Any, result: Any, first_step_s: float, startup_s:
     return recorder.mean_power_w(result.start_wall_s, result.start_wall_s + window_s)
 
 
+def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, recorders: dict[str, Any]) -> RunProfile:
+    """A calibration set's measurement. Over the window where every member trained steadily
+    (RunResult.steady_rates) when the run reached one: each member's rate and power there. Else
+    (the step cap came first) as the run went: each member's power over its own steady window
+    (else the run's), each steady member's own rate, and the set's throughput with a lone first
+    step counted as one over its duration."""
+    energy_j = sum(recorders[n].energy_j(t0, t1) for n in members)
+    steady = result.steady_rates()
+    if steady is not None:
+        s0, s1, rates = steady
+        per_device_w = {n: recorders[n].mean_power_w(s0, s1) for n in members}
+        return RunProfile(devices=members, steps=sum(round(r * (s1 - s0)) for r in rates.values()), time_s=s1 - s0,
+                          steps_per_s=sum(rates.values()), power_w=sum(per_device_w.values()), energy_j=energy_j,
+                          per_device_steps={n: max(1, round(rates[n] * (s1 - s0))) for n in members},
+                          per_device_power_w=per_device_w)
+    log.warning("calibration run %s: the step cap came before a window where every member trained steadily; "
+                "measured as the run went", "+".join(members))
+    # each member's power over its own steady window (else the whole run's window): the
+    # run's window ends at the last completion, often a slow board's, while the fast
+    # devices already wait idle in the run's final join — steady-state power is what the
+    # planner predicts for a set
+    windows = result.worker_windows()
+    per_device_w = {n: recorders[n].mean_power_w(*windows.get(n, (t0, t1, 0))[:2]) for n in members}
+    return RunProfile(
+        devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
+        steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()), energy_j=energy_j,
+        # the planner reads per_device_steps / time_s as each device's throughput in the set:
+        # give it each worker's steady rate over the window (see RunResult.worker_steps_per_s)
+        # (only workers with a steady rate: a lone first step is set-up, not throughput)
+        per_device_steps={n: max(1, round(rate * (t1 - t0)))
+                          for n, rate in result.worker_steps_per_s(steady_only=True).items()},
+        per_device_power_w=per_device_w)
+
+
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
                     on_event: EventFn | None = None) -> Profile:
@@ -218,6 +266,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
     settings = settings or PretrainSettings()
     phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event)
     phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
+    start_steps = phase.steps_total
     names = list(device_names or inventory.names)
     phase_start_s = time.time()
     devices: list[DeviceProfile] = []
@@ -248,12 +297,14 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s)))
         solo = {d.name: d.steps_per_s for d in devices}
         by_name = {d.name: d for d in devices}
-        for members in calibration_sets(solo, settings.max_sets):
+        sets = calibration_sets(solo, settings.max_sets)
+        for index, members in enumerate(sets):
             members = tuple(phase.usable(members))
             if len(members) < 2:
                 continue
+            cap = settings.set_cap(phase.steps_total - start_steps, len(sets) - index)
             try:
-                result, t0, t1 = phase.measure(members, settings.set_steps([by_name[n] for n in members]))
+                result, t0, t1 = phase.measure(members, settings.set_steps([by_name[n] for n in members], cap), cap)
             except HetclusterError as error:
                 log.warning("calibration run %s failed: %s", "+".join(members), error)
                 phase.on_event("excluded", {"run": list(members), "reason": str(error)})
@@ -262,22 +313,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 for name in result.lost_workers:
                     phase.exclude(name, f"lost during the run of {'+'.join(members)}")
                 continue
-            # each member's power over its own steady window (else the whole run's window): the
-            # run's window ends at the last completion, often a slow board's, while the fast
-            # devices already wait idle in the run's final join — steady-state power is what the
-            # planner predicts for a set
-            windows = result.worker_windows()
-            per_device_w = {n: phase.recorders[n].mean_power_w(*windows.get(n, (t0, t1, 0))[:2]) for n in members}
-            runs.append(RunProfile(
-                devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
-                steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()),
-                energy_j=sum(phase.recorders[n].energy_j(t0, t1) for n in members),
-                # the planner reads per_device_steps / time_s as each device's throughput in the set:
-                # give it each worker's steady rate over the window (see RunResult.worker_steps_per_s)
-                # (only workers with a steady rate: a lone first step is set-up, not throughput)
-                per_device_steps={n: max(1, round(rate * (t1 - t0)))
-                                  for n, rate in result.worker_steps_per_s(steady_only=True).items()},
-                per_device_power_w=per_device_w))
+            runs.append(_set_run(members, result, t0, t1, phase.recorders))
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a
         # device waits, powered), matching pretrain_time_s, which is the phase's wall time too

@@ -323,7 +323,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     try:
         while not (stop_event is not None and stop_event.is_set()):
             if current >= target:
-                extra = _steps_to_fill_window(spec, stamps, gate - current)
+                extra = _steps_to_fill_window(spec, stamps, gate - current, len(cluster.workers))
                 if extra <= 0:
                     break
                 target, to_do = current + extra, to_do + extra
@@ -349,21 +349,53 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     return result
 
 
-def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int) -> int:
+def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_workers: int = 1) -> int:
     """How many more steps a measurement run needs for a window of ``spec.min_window_s`` after
     its warm-up (0: long enough, not a measurement run, or no room left under ``max_steps``).
-    Sized from the rate so far, 10 % over, so one more round usually suffices."""
+    Sized from the rate so far, 10 % over, so one more round usually suffices. With several
+    workers the window is the one where every worker trains steadily (RunResult.steady_rates):
+    it opens when the last of them has begun a step past its set-up and warm-up share, and each
+    needs two steps in it."""
     if spec.min_window_s <= 0 or room <= 0:
         return 0
     ends = sorted(s.end_s for s in stamps if s.applied)
     warm = min(spec.warmup_steps, max(len(ends) - 1, 0))
     if len(ends) - warm < 2:
         return min(room, 2)
-    window_s = ends[-1] - ends[warm - 1 if warm else 0]
-    if window_s >= spec.min_window_s:
+    rate = (len(ends) - warm - (0 if warm else 1)) / max(ends[-1] - ends[warm - 1 if warm else 0], 1e-6)
+    if n_workers > 1:
+        short_s = _steady_window_shortfall_s(spec, stamps, n_workers)
+    else:
+        short_s = spec.min_window_s - (ends[-1] - ends[warm - 1 if warm else 0])
+    if short_s <= 0:
         return 0
-    rate = (len(ends) - warm - (0 if warm else 1)) / max(window_s, 1e-6)
-    return min(room, max(1, math.ceil(1.1 * rate * (spec.min_window_s - window_s))))
+    return min(room, max(1, math.ceil(1.1 * rate * short_s)))
+
+
+def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers: int) -> float:
+    """Seconds more a multi-worker run needs until every worker has two steps in a common steady
+    window of ``spec.min_window_s`` (0 when it has one); a worker not yet steady is given two more
+    of its steps (its mean step so far, or the run's span when it has not finished one)."""
+    by_worker: dict[int, list[_Stamp]] = {}
+    for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
+        by_worker.setdefault(stamp.worker_index, []).append(stamp)
+    span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
+    skip = math.ceil(spec.warmup_steps / n_workers) if spec.warmup_steps > 0 else 0
+    kept = {w: by_worker.get(w, [])[skip:] for w in range(n_workers)}
+    if all(kept.values()):
+        t0 = max(steps[0].start_s for steps in kept.values())
+        inside = {w: [s for s in steps if s.start_s >= t0] for w, steps in kept.items()}
+        if all(len(steps) >= 2 for steps in inside.values()):
+            return spec.min_window_s - (max(steps[-1].end_s for steps in inside.values()) - t0)
+        lagging = [w for w, steps in inside.items() if len(steps) < 2]
+    else:
+        lagging = [w for w, steps in kept.items() if not steps]
+    short_s = 0.0
+    for w in lagging:
+        steps = by_worker.get(w, [])
+        step_s = sum(s.end_s - s.start_s for s in steps) / len(steps) if steps else span_s
+        short_s = max(short_s, 2 * step_s)
+    return max(short_s, spec.min_window_s)
 
 
 def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamps: list[_Stamp], restored: int,

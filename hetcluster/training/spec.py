@@ -157,17 +157,38 @@ class RunResult:
         """Each worker's steady window ``(start_wall_s, end_wall_s, steps)``: from the start of
         its first step after its share of the warm-up to the end of its last, for the workers
         with at least two such steps."""
+        windows = {}
+        for worker, kept in self._kept_steps().items():
+            if len(kept) >= 2 and kept[-1][1] > kept[0][0]:
+                windows[worker] = (kept[0][0], kept[-1][1], len(kept))
+        return windows
+
+    def steady_rates(self) -> tuple[float, float, dict[str, float]] | None:
+        """``(t0_wall_s, t1_wall_s, rate per worker)`` over the part of a multi-worker run where every
+        worker trained steadily: from the latest start of a worker's first step after its share of
+        the warm-up to the last completion; a worker's rate is its steps started in there over the
+        span to its own last completion. None unless every worker has two steps in there.
+
+        A worker still in its set-up (tracing, first step) loads a shared host without adding
+        steps, so a window that holds it measures the others under a transient, not the set."""
+        kept = self._kept_steps()
+        workers = set(self.steps_per_worker) | set(kept)
+        if len(workers) < 2 or any(not kept.get(worker) for worker in workers):
+            return None
+        t0 = max(steps[0][0] for steps in kept.values())
+        inside = {worker: [step for step in steps if step[0] >= t0] for worker, steps in kept.items()}
+        if any(len(steps) < 2 for steps in inside.values()):
+            return None
+        rates = {worker: len(steps) / (steps[-1][1] - t0) for worker, steps in inside.items()}
+        return t0, max(steps[-1][1] for steps in inside.values()), rates
+
+    def _kept_steps(self) -> dict[str, list[tuple[float, float]]]:
+        """Each worker's (start, end) steps after its share of the warm-up, by end time."""
         by_worker: dict[str, list[tuple[float, float]]] = {}
         for start, end, worker in self.step_times:
             by_worker.setdefault(worker, []).append((start, end))
         skip = math.ceil(self.warmup_steps / len(by_worker)) if by_worker and self.warmup_steps > 0 else 0
-        windows = {}
-        for worker, steps in by_worker.items():
-            steps.sort(key=lambda step: step[1])
-            kept = steps[skip:]
-            if len(kept) >= 2 and kept[-1][1] > kept[0][0]:
-                windows[worker] = (kept[0][0], kept[-1][1], len(kept))
-        return windows
+        return {worker: sorted(steps, key=lambda step: step[1])[skip:] for worker, steps in by_worker.items()}
 
     def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
         """Each worker's own steady rate: its steps after its share of the warm-up, over the span
