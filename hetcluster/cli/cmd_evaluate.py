@@ -72,7 +72,6 @@ def evaluate_command(
 ) -> None:
     """Train every configuration from one pre-training checkpoint and score the planner's choices."""
     from hetcluster.cli.cmd_plan import make_plan
-
     from hetcluster.errors import ConfigError
 
     console = make_console()
@@ -128,6 +127,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
     runs: dict[tuple[str, ...], list[Any]] = {}
+    results: list[Any] = []
     for round_index in range(repeats):
         for devices, metrics in configs:
             label = configuration_label(devices)
@@ -147,7 +147,6 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
             runs.setdefault(devices, []).append(result)
             results = [merge_repeats(done, pretrain) for done in runs.values()]
             write_json_atomic(out, evaluation_dict(results, choices, pretrain, profile))
-    results = [merge_repeats(done, pretrain) for done in runs.values()]
     return evaluation_dict(results, choices, pretrain, profile)
 
 

@@ -233,10 +233,11 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
     if steady is not None:
         s0, s1, rates = steady
         per_device_w = {n: recorders[n].mean_power_w(s0, s1) for n in members}
-        return RunProfile(devices=members, steps=sum(round(r * (s1 - s0)) for r in rates.values()), time_s=s1 - s0,
+        # every member has two steps started in [s0, s1], so each count rounds to 2 or more
+        per_device_steps = {n: round(rates[n] * (s1 - s0)) for n in members}
+        return RunProfile(devices=members, steps=sum(per_device_steps.values()), time_s=s1 - s0,
                           steps_per_s=sum(rates.values()), power_w=sum(per_device_w.values()), energy_j=energy_j,
-                          per_device_steps={n: max(1, round(rates[n] * (s1 - s0))) for n in members},
-                          per_device_power_w=per_device_w)
+                          per_device_steps=per_device_steps, per_device_power_w=per_device_w)
     log.warning("calibration run %s: the step cap came before a window where every member trained steadily; "
                 "measured as the run went", "+".join(members))
     # each member's power over its own steady window (else the whole run's window): the

@@ -45,7 +45,7 @@ from hetcluster.errors import TrainingError
 from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.training.servers import address_reachable
-from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -362,11 +362,9 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
     warm = min(spec.warmup_steps, max(len(ends) - 1, 0))
     if len(ends) - warm < 2:
         return min(room, 2)
-    rate = (len(ends) - warm - (0 if warm else 1)) / max(ends[-1] - ends[warm - 1 if warm else 0], 1e-6)
-    if n_workers > 1:
-        short_s = _steady_window_shortfall_s(spec, stamps, n_workers)
-    else:
-        short_s = spec.min_window_s - (ends[-1] - ends[warm - 1 if warm else 0])
+    window_s = ends[-1] - ends[warm - 1 if warm else 0]
+    rate = (len(ends) - warm - (0 if warm else 1)) / max(window_s, 1e-6)
+    short_s = _steady_window_shortfall_s(spec, stamps, n_workers) if n_workers > 1 else spec.min_window_s - window_s
     if short_s <= 0:
         return 0
     return min(room, max(1, math.ceil(1.1 * rate * short_s)))
@@ -376,24 +374,24 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     """Seconds more a multi-worker run needs until every worker has two steps in a common steady
     window of ``spec.min_window_s`` (0 when it has one); a worker not yet steady is given two more
     of its steps (its mean step so far, or the run's span when it has not finished one)."""
-    by_worker: dict[int, list[_Stamp]] = {}
+    by_worker: dict[int, list[tuple[float, float]]] = {w: [] for w in range(n_workers)}
     for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
-        by_worker.setdefault(stamp.worker_index, []).append(stamp)
+        by_worker[stamp.worker_index].append((stamp.start_s, stamp.end_s))
     span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
     skip = math.ceil(spec.warmup_steps / n_workers) if spec.warmup_steps > 0 else 0
-    kept = {w: by_worker.get(w, [])[skip:] for w in range(n_workers)}
-    if all(kept.values()):
-        t0 = max(steps[0].start_s for steps in kept.values())
-        inside = {w: [s for s in steps if s.start_s >= t0] for w, steps in kept.items()}
-        if all(len(steps) >= 2 for steps in inside.values()):
-            return spec.min_window_s - (max(steps[-1].end_s for steps in inside.values()) - t0)
-        lagging = [w for w, steps in inside.items() if len(steps) < 2]
-    else:
+    kept = {w: steps[skip:] for w, steps in by_worker.items()}
+    common = common_steady_steps(kept)
+    if common is None:
         lagging = [w for w, steps in kept.items() if not steps]
+    else:
+        t0, inside = common
+        if all(len(steps) >= 2 for steps in inside.values()):
+            return spec.min_window_s - (max(steps[-1][1] for steps in inside.values()) - t0)
+        lagging = [w for w, steps in inside.items() if len(steps) < 2]
     short_s = 0.0
     for w in lagging:
-        steps = by_worker.get(w, [])
-        step_s = sum(s.end_s - s.start_s for s in steps) / len(steps) if steps else span_s
+        steps = by_worker[w]
+        step_s = sum(end - start for start, end in steps) / len(steps) if steps else span_s
         short_s = max(short_s, 2 * step_s)
     return max(short_s, spec.min_window_s)
 

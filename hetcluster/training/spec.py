@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from hetcluster.errors import ConfigError
 from hetcluster.models.datasets import DataSource
@@ -106,6 +106,19 @@ class TrainSpec:
         return cls(**data)
 
 
+def common_steady_steps(kept: Mapping[Any, Sequence[tuple[float, float]]]
+                        ) -> tuple[float, dict[Any, list[tuple[float, float]]]] | None:
+    """Where every worker of a run trains steadily, from each worker's ``(start, end)`` steps past
+    its set-up and warm-up share: the window opens at the latest start of a worker's first such
+    step, and each worker's steps that start in it are returned with that time. None while some
+    worker has no such step yet. (RunResult.steady_rates measures a run there; the engine extends
+    a measurement run until it is long enough.)"""
+    if not kept or any(not steps for steps in kept.values()):
+        return None
+    t0 = max(steps[0][0] for steps in kept.values())
+    return t0, {worker: [step for step in steps if step[0] >= t0] for worker, steps in kept.items()}
+
+
 @dataclass
 class RunResult:
     """What a run did. Times are wall-clock seconds (``time.time()``) on the coordinator.
@@ -173,12 +186,12 @@ class RunResult:
         steps, so a window that holds it measures the others under a transient, not the set."""
         kept = self._kept_steps()
         workers = set(self.steps_per_worker) | set(kept)
-        if len(workers) < 2 or any(not kept.get(worker) for worker in workers):
+        if len(workers) < 2:
             return None
-        t0 = max(steps[0][0] for steps in kept.values())
-        inside = {worker: [step for step in steps if step[0] >= t0] for worker, steps in kept.items()}
-        if any(len(steps) < 2 for steps in inside.values()):
+        common = common_steady_steps({worker: kept.get(worker, []) for worker in workers})
+        if common is None or any(len(steps) < 2 for steps in common[1].values()):
             return None
+        t0, inside = common
         rates = {worker: len(steps) / (steps[-1][1] - t0) for worker, steps in inside.items()}
         return t0, max(steps[-1][1] for steps in inside.values()), rates
 
