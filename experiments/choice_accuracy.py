@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import sys
 import tempfile
@@ -164,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def fleet_name(out_dir: Path) -> str:
+    """The emulated cluster's name for a results folder: `hetcluster cluster up` takes 1-24 lower-case
+    letters, digits or '-' (it names cgroups and credentials), which `accuracy-full-x10-r2` fits."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", f"accuracy-{out_dir.name}".lower())
+    return cleaned[:24].strip("-") or "accuracy"
+
+
 def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str],
             repeats: int = 1) -> None:
     """Bring the fleet up, evaluate every model not yet in raw/, record the machine, tear down."""
@@ -175,7 +183,7 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
     finished = []
     try:
         if todo:
-            with emulated_fleet(state_dir, PLATFORMS, name=f"choice-accuracy-{out_dir.name}",
+            with emulated_fleet(state_dir, PLATFORMS, name=fleet_name(out_dir),
                                 log_path=raw_dir / "evaluate.log") as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,

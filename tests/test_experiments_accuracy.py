@@ -160,3 +160,12 @@ def test_repeats_name_their_results_and_reject_nonsense(tmp_path: Path, capsys: 
     with pytest.raises(SystemExit):
         choice_accuracy.main(["--repeats", "0", "--render-only", "--out-dir", str(tmp_path)])
     assert "--repeats must be 1 or more" in capsys.readouterr().err
+
+
+def test_fleet_name_is_a_valid_cluster_name_for_any_results_folder() -> None:
+    from hetcluster.emulation.cluster import _NAME_RE
+
+    for folder in ("full", "full-x10-r2", "full-x4-r3", "My Results_2026-11-21 long", "___"):
+        name = choice_accuracy.fleet_name(Path("/results") / folder)
+        assert _NAME_RE.match(name), (folder, name)
+    assert choice_accuracy.fleet_name(Path("/results/full-x10-r2")) == "accuracy-full-x10-r2"
