@@ -8,8 +8,10 @@ is the pre-training time over the whole measured job of the configuration the `e
 chose. `mape_training_phase` adds the errors with pre-training taken out of both sides.
 
 `--repeats R` trains every configuration R times, in R rounds over all configurations (so a slow
-drift of the host spreads over all of them rather than landing on one), each run from its own
-fresh copy of the pre-training checkpoint; a configuration is then measured by its mean and each
+drift of the host spreads over all of them rather than landing on one), every other round in the
+reverse order (A B C, C B A, …: a drift that is linear over two rounds then weighs every
+configuration's mean alike — on this project's 2-core VM host the same configuration measured
+minutes apart differs by up to 30 %), each run from its own fresh copy of the pre-training checkpoint; a configuration is then measured by its mean and each
 objective says whether the choice is within the ground truth's own noise (evaluation/scoring.py).
 """
 
@@ -129,7 +131,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []
     for round_index in range(repeats):
-        for devices, metrics in configs:
+        for devices, metrics in (configs if round_index % 2 == 0 else configs[::-1]):
             label = configuration_label(devices)
             suffix = f" ({round_index + 1}/{repeats})" if repeats > 1 else ""
             display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}{suffix}")
