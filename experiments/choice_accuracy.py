@@ -157,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     raw_dir = out_dir / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
-        run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}", args.fresh,
-                sys.argv, args.repeats)
+        try:
+            run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
+                    args.fresh, sys.argv, args.repeats)
+        except RuntimeError as error:  # a hetcluster command failed: its own message, not a traceback
+            raise SystemExit(f"error: {error}") from None
     frames = render(out_dir, settings)
     log.info("summary:\n%s", frames["summary"].to_string(index=False))
     log.info("results in %s", out_dir)

@@ -169,3 +169,12 @@ def test_fleet_name_is_a_valid_cluster_name_for_any_results_folder() -> None:
         name = choice_accuracy.fleet_name(Path("/results") / folder)
         assert _NAME_RE.match(name), (folder, name)
     assert choice_accuracy.fleet_name(Path("/results/full-x10-r2")) == "accuracy-full-x10-r2"
+
+
+def test_a_failed_hetcluster_command_ends_the_run_with_its_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_run_all(*args, **kwargs):
+        raise RuntimeError("`hetcluster cluster up` failed with exit 2:\nerror: no agent answered")
+
+    monkeypatch.setattr(choice_accuracy, "run_all", failing_run_all)
+    with pytest.raises(SystemExit, match="no agent answered"):
+        choice_accuracy.main(["--models", "small_cnn", "--out-dir", str(tmp_path)])
