@@ -115,7 +115,7 @@ def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:
     if "within_noise" in part and part["within_noise"].notna().any():   # a repeated ground truth
         bars.append(("within_noise", "within the truth's noise"))
     width = 0.8 / len(bars)
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(7, 4.6))
     for i, (column, label) in enumerate(bars):
         ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], part[column].fillna(0) * 100, width=width, label=label)
     ax.axhline(reference * 100, color="k", linestyle="--", linewidth=1, label=f"reference paper {reference:.2%}")
@@ -123,7 +123,8 @@ def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:
     ax.set_ylabel("choices (%)")
     ax.set_ylim(0, 105)
     ax.set_title("Planner's choice against the measured best")
-    ax.legend(loc="lower right", fontsize=8)
+    # below the axes: inside, it hid the "all" bars
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
     return _save(fig, path)
 
 
