@@ -10,9 +10,10 @@ chose. `mape_training_phase` adds the errors with pre-training taken out of both
 `--repeats R` trains every configuration R times, in R rounds over all configurations (so a slow
 drift of the host spreads over all of them rather than landing on one), every other round in the
 reverse order (A B C, C B A, …: a drift that is linear over two rounds then weighs every
-configuration's mean alike — on this project's 2-core VM host the same configuration measured
-minutes apart differs by up to 30 %), each run from its own fresh copy of the pre-training checkpoint; a configuration is then measured by its mean and each
-objective says whether the choice is within the ground truth's own noise (evaluation/scoring.py).
+configuration's mean alike; on a 2-core VM the same configuration measured minutes apart differed
+by up to 30 %), each run from its own fresh copy of the pre-training checkpoint; a configuration is
+then measured by its mean and each objective says whether the choice is within the ground truth's
+own noise (evaluation/scoring.py).
 """
 
 from __future__ import annotations

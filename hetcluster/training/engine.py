@@ -45,7 +45,7 @@ from hetcluster.errors import TrainingError
 from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.training.servers import address_reachable
-from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps, steps_past_warmup_share
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -378,8 +378,7 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
         by_worker[stamp.worker_index].append((stamp.start_s, stamp.end_s))
     span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
-    skip = math.ceil(spec.warmup_steps / n_workers) if spec.warmup_steps > 0 else 0
-    kept = {w: steps[skip:] for w, steps in by_worker.items()}
+    kept = steps_past_warmup_share(by_worker, spec.warmup_steps)
     common = common_steady_steps(kept)
     if common is None:
         lagging = [w for w, steps in kept.items() if not steps]

@@ -106,6 +106,15 @@ class TrainSpec:
         return cls(**data)
 
 
+def steps_past_warmup_share(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int
+                            ) -> dict[Any, list[tuple[float, float]]]:
+    """Each worker's ``(start, end)`` steps by end time, without its share of the run's warm-up:
+    ``ceil(warmup_steps / workers)`` steps each, the workers being ``by_worker``'s keys (a worker
+    with no step yet still takes its share)."""
+    skip = math.ceil(warmup_steps / len(by_worker)) if by_worker and warmup_steps > 0 else 0
+    return {worker: sorted(steps, key=lambda step: step[1])[skip:] for worker, steps in by_worker.items()}
+
+
 def common_steady_steps(kept: Mapping[Any, Sequence[tuple[float, float]]]
                         ) -> tuple[float, dict[Any, list[tuple[float, float]]]] | None:
     """Where every worker of a run trains steadily, from each worker's ``(start, end)`` steps past
@@ -200,8 +209,7 @@ class RunResult:
         by_worker: dict[str, list[tuple[float, float]]] = {}
         for start, end, worker in self.step_times:
             by_worker.setdefault(worker, []).append((start, end))
-        skip = math.ceil(self.warmup_steps / len(by_worker)) if by_worker and self.warmup_steps > 0 else 0
-        return {worker: sorted(steps, key=lambda step: step[1])[skip:] for worker, steps in by_worker.items()}
+        return steps_past_warmup_share(by_worker, self.warmup_steps)
 
     def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
         """Each worker's own steady rate: its steps after its share of the warm-up, over the span
