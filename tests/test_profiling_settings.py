@@ -24,8 +24,10 @@ def test_step_cap_defaults_to_five_runs_worth_and_never_below_steps_per_run():
 
 
 def test_step_cap_keeps_pretraining_a_third_of_the_job():
-    # 3 devices alone + 3 sets = 6 runs; a third of 3000 steps → 166 per run, above 5 × 20
-    assert step_cap_for_job(20, 3000, 3) == 100
+    # 3 devices alone + 3 sets = 6 runs; a third of 3000 steps → 166 per run (not 5 × 20: a
+    # long job affords a fast device its whole window)
+    assert step_cap_for_job(20, 3000, 3) == 166
+    assert step_cap_for_job(10, 5000, 3) == 277
     # a third of 500 over 6 runs → 27
     assert step_cap_for_job(10, 500, 3) == 27
     # a tiny job: never fewer than steps_per_run
