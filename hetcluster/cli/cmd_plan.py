@@ -60,8 +60,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     opt.check_objective(objective)
     if output_format not in FORMATS:
         raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
-    if total_steps < 1:
-        raise ConfigError(f"--total-steps {total_steps} must be positive.", hint="give the job's number of steps.")
+    opt.check_total_steps(total_steps)
     if device_kind is not None and device_kind not in ("cpu", "unified", "discrete-gpu"):
         raise ConfigError(f"Unknown device kind {device_kind!r}.", hint="use cpu, unified or discrete-gpu.")
     spec = opt.model_spec(model, input_shape, classes, batch_size)

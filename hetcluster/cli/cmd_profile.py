@@ -23,16 +23,21 @@ def profile_command(
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
     workdir: Path = opt.WORKDIR,
+    total_steps: Optional[int] = typer.Option(
+        None, "--total-steps", "-n",
+        help="Steps of the whole job this profile is for: pre-training then takes up to a third of them "
+             "(default: runs of up to 5 × --pretrain-steps, no phase budget)."),
 ) -> None:
     """Pre-train the job on every device alone and on calibration sets; save the profile."""
     from hetcluster.cli.pretraining import run_pretraining_with_display
 
+    opt.check_total_steps(total_steps)
     console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)
     profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
-                                           warmup_steps=warmup_steps, console=console)
+                                           warmup_steps=warmup_steps, console=console, total_steps=total_steps)
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
     for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)"):
         table.add_column(column, justify="left" if column == "devices" else "right")

@@ -61,6 +61,13 @@ def data_source(data: Path | None):
     return DataSource(kind=kind, path=str(data))
 
 
+def check_total_steps(total_steps: int | None) -> int | None:
+    """A job's --total-steps: positive when given."""
+    if total_steps is not None and total_steps < 1:
+        raise ConfigError(f"--total-steps {total_steps} must be positive.", hint="give the job's number of steps.")
+    return total_steps
+
+
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ConfigError(f"Unknown objective {objective!r}.", hint=f"use one of {', '.join(OBJECTIVES)}.")

@@ -1,0 +1,70 @@
+"""`hetcluster profile --total-steps N` sizes pre-training for that job (each run's share of a third
+of it), as `plan` does when it pre-trains; without it, the settings' defaults. The phase itself is
+replaced by one that records the settings it was given and returns a recorded profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetcluster.profiling.profile import load_profile
+
+PROFILE = Path(__file__).parent / "data" / "profiles" / "emulated_small_cnn_3dev.json"
+DEVICES = ("server", "jetson-nano", "rpi4")
+
+
+@pytest.fixture()
+def inventory(tmp_path) -> Path:
+    (tmp_path / "token").write_text("t" * 32)
+    lines = ['[cluster]', 'name = "recorded"', 'network = "loopback"', ""]
+    for port, name in enumerate(DEVICES, start=50001):
+        lines += ["[[devices]]", f'name = "{name}"', f'address = "127.0.0.1:{port}"', 'token_file = "token"', ""]
+    path = tmp_path / "cluster.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.fixture()
+def given_settings(monkeypatch) -> list:
+    import hetcluster.profiling.pretrain as pretrain
+
+    seen = []
+
+    def recorded_phase(inventory, model, checkpoint_dir, *, settings, **_):
+        seen.append(settings)
+        return load_profile(PROFILE)
+
+    monkeypatch.setattr(pretrain, "run_pretraining", recorded_phase)
+    return seen
+
+
+def profile(inventory: Path, workdir: Path, *args: str):
+    from typer.testing import CliRunner
+
+    from hetcluster.cli.app import app
+
+    return CliRunner().invoke(app, ["profile", "--inventory", str(inventory), "--model", "small_cnn",
+                                    "--pretrain-steps", "10", "--warmup-steps", "3", "--workdir", str(workdir), *args])
+
+
+def test_total_steps_gives_each_run_its_share_of_a_third_of_the_job(inventory, tmp_path, given_settings):
+    result = profile(inventory, tmp_path / "job", "--total-steps", "5000")
+    assert result.exit_code == 0, (result.output, result.exception)
+    settings = given_settings[-1]
+    # 3 devices alone + 3 sets share 5000 // 3 steps: 277 each (not 5 × 10)
+    assert (settings.step_cap, settings.max_phase_steps) == (277, 1666)
+    assert (tmp_path / "job" / "profile.json").exists()
+
+
+def test_without_total_steps_the_defaults_hold(inventory, tmp_path, given_settings):
+    result = profile(inventory, tmp_path / "job")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert (given_settings[-1].step_cap, given_settings[-1].max_phase_steps) == (50, 0)
+
+
+def test_a_non_positive_total_is_refused_before_pretraining(inventory, tmp_path, given_settings):
+    result = profile(inventory, tmp_path / "job", "--total-steps", "0")
+    assert result.exit_code != 0
+    assert "--total-steps 0 must be positive" in result.output
+    assert given_settings == []
