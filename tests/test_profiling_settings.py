@@ -21,6 +21,8 @@ def test_step_cap_defaults_to_five_runs_worth_and_never_below_steps_per_run():
     assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=4).step_cap == 10
     with pytest.raises(ProfileError, match="negative"):
         PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=-1.0)
+    with pytest.raises(ProfileError, match="negative"):
+        PretrainSettings(steps_per_run=10, warmup_steps=3, max_window_s=-1.0)
 
 
 def test_step_cap_keeps_pretraining_a_third_of_the_job():
@@ -63,3 +65,20 @@ def test_a_set_may_use_its_share_of_what_the_phase_budget_leaves():
     assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
     assert settings.set_steps([server, phone], cap=200) == 137 and settings.set_steps([server, phone], cap=100) == 100
+
+
+def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
+    # two quick devices: 20/s from 1 s and 10/s from 2 s; W s of window take 20 (W + 1) + 10 W + 3
+    quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
+    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_window_s=10.0,
+                                max_steps_per_run=27, max_phase_steps=2000)
+    assert settings.set_window_s(quick, cap=400) == 10.0                   # 323 steps fit
+    assert settings.set_window_s(quick, cap=100) == 3.0                    # 113 > 100: never under 3 s
+    window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 23 ≤ 200 → W = 5.9
+    assert window_s == pytest.approx(5.9, abs=0.05)
+    assert settings.set_steps(quick, cap=200, window_s=window_s) <= 200
+    assert settings.set_steps(quick, cap=200, window_s=window_s + 0.1) == 200  # capped just above
+    # no job size, no phase budget: the minimum window, as before
+    no_budget = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
+    assert no_budget.set_window_s(quick, cap=400) == 3.0
+    assert no_budget.set_steps(quick, cap=400) == 20 * 4 + 10 * 3 + 3

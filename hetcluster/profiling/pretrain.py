@@ -8,8 +8,9 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 3. each device alone for ``steps_per_run`` steps — more while the window after the warm-up is
    shorter than ``min_window_s`` (a fast device would otherwise be timed over a few hundredths
    of a second) — then the calibration sets of ``sets.py``, each run until every member trains
-   steadily in a common window of ``min_window_s`` (sized up front from the members' solo rates
-   and first steps; the engine extends a run that falls short). A set is measured over that
+   steadily in a common window of ``min_window_s``, or longer (up to ``max_window_s``) where
+   the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
+   rates and first steps; the engine extends a run that falls short). A set is measured over that
    window only: a member still setting up loads the shared host without adding steps. No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
@@ -64,6 +65,7 @@ class PretrainSettings:
     steps_per_run: int = 30
     warmup_steps: int = 5
     min_window_s: float = 3.0
+    max_window_s: float = 10.0     # a set's window when its share of max_phase_steps affords it
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     max_phase_steps: int = 0       # steps the whole phase may take (0: no budget); sets may use what is left
     idle_s: float = 3.0
@@ -77,8 +79,9 @@ class PretrainSettings:
         if self.steps_per_run < self.warmup_steps + 2:
             raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
-        if self.min_window_s < 0:
-            raise ProfileError(f"min_window_s={self.min_window_s} is negative.", hint="give a window of 0 s or more.")
+        if self.min_window_s < 0 or self.max_window_s < 0:
+            raise ProfileError(f"min_window_s={self.min_window_s} or max_window_s={self.max_window_s} is negative.",
+                               hint="give windows of 0 s or more.")
 
     @property
     def step_cap(self) -> int:
@@ -93,16 +96,36 @@ class PretrainSettings:
             return self.step_cap
         return max(self.step_cap, (self.max_phase_steps - used_steps) // max(sets_left, 1))
 
-    def set_steps(self, members: Sequence[Any], cap: int | None = None) -> int:
+    def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
         """Steps for a calibration set, from its members' solo DeviceProfiles: long enough that
         every member passes its share of the warm-up and takes two more steps after its first
-        step is back, and that the window spans min_window_s (solo rates, so an over-estimate
-        under contention; the engine extends a run that still falls short)."""
+        step is back, and that the window spans ``window_s`` (default min_window_s; solo rates, so
+        an over-estimate under contention; the engine extends a run that still falls short)."""
+        steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
+        return int(min(max(steps, self.steps_per_run), cap or self.step_cap))
+
+    def set_window_s(self, members: Sequence[Any], cap: int) -> float:
+        """The window a calibration set measures: the longest up to max_window_s whose steps fit in
+        ``cap``, never under min_window_s; min_window_s when the phase has no budget (no job size).
+
+        A few seconds of a shared host decide a near-tie: in a 5000-step job's pre-training the
+        set of all three devices read 11 % under its training rate over 4.7 s while 600 steps of
+        the phase's budget went unused."""
+        low, high = self.min_window_s, max(self.max_window_s, self.min_window_s)
+        if self.max_phase_steps <= 0 or self._window_steps(members, low) >= cap:
+            return low
+        if self._window_steps(members, high) <= cap:
+            return high
+        for _ in range(40):   # steps grow with the window: bisect to the longest that fits
+            middle = (low + high) / 2
+            low, high = (middle, high) if self._window_steps(members, middle) <= cap else (low, middle)
+        return low
+
+    def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
         share = math.ceil(self.warmup_steps / max(len(members), 1)) + 2
         span_s = max((d.first_step_s + share / d.steps_per_s for d in members if d.steps_per_s > 0), default=0.0)
-        span_s = max(span_s, self.min_window_s + max((d.first_step_s for d in members), default=0.0))
-        steps = sum(d.steps_per_s * max(span_s - d.first_step_s, 0.0) for d in members) + self.warmup_steps
-        return int(min(max(math.ceil(steps), self.steps_per_run), cap or self.step_cap))
+        span_s = max(span_s, window_s + max((d.first_step_s for d in members), default=0.0))
+        return math.ceil(sum(d.steps_per_s * max(span_s - d.first_step_s, 0.0) for d in members) + self.warmup_steps)
 
 
 class _Phase:
@@ -152,11 +175,12 @@ class _Phase:
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
 
-    def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None) -> tuple[Any, float, float]:
+    def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
+                window_s: float | None = None) -> tuple[Any, float, float]:
         """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
-        window is shorter than ``min_window_s`` (with several devices: until every one trains
-        steadily in it), never more than ``cap`` (default ``step_cap``); return (RunResult, t0, t1)
-        of its window."""
+        window is shorter than ``window_s`` (default ``min_window_s``; with several devices: until
+        every one trains steadily in it), never more than ``cap`` (default ``step_cap``); return
+        (RunResult, t0, t1) of its window."""
         from hetcluster.training.launch import launch_cluster
         from hetcluster.training.run_job import run_in_subprocess
         from hetcluster.training.spec import TrainSpec
@@ -165,7 +189,8 @@ class _Phase:
         steps = steps or settings.steps_per_run
         spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
-                         learning_rate=settings.learning_rate, min_window_s=settings.min_window_s,
+                         learning_rate=settings.learning_rate,
+                         min_window_s=settings.min_window_s if window_s is None else window_s,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap))
         entries = [self.inventory.device(n) for n in names]
         self.on_event("run_start", {"devices": list(names), "steps": steps})
@@ -304,8 +329,10 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
             if len(members) < 2:
                 continue
             cap = settings.set_cap(phase.steps_total - start_steps, len(sets) - index)
+            solo_profiles = [by_name[n] for n in members]
+            window_s = settings.set_window_s(solo_profiles, cap)
             try:
-                result, t0, t1 = phase.measure(members, settings.set_steps([by_name[n] for n in members], cap), cap)
+                result, t0, t1 = phase.measure(members, settings.set_steps(solo_profiles, cap, window_s), cap, window_s)
             except HetclusterError as error:
                 log.warning("calibration run %s failed: %s", "+".join(members), error)
                 phase.on_event("excluded", {"run": list(members), "reason": str(error)})
