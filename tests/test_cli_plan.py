@@ -10,22 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-PROFILE = Path(__file__).parent / "data" / "profiles" / "emulated_small_cnn_3dev.json"
-DEVICES = ("server", "jetson-nano", "rpi4")
+from recorded_fleet import DEVICES, PROFILE, write_inventory
 
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("fleet")
-    (folder / "token").write_text("t" * 32)
-    lines = ['[cluster]', 'name = "recorded"', 'network = "loopback"', ""]
-    for port, name in enumerate(DEVICES, start=50001):
-        lines += ["[[devices]]", f'name = "{name}"', f'address = "127.0.0.1:{port}"', 'token_file = "token"',
-                  "memory_budget_bytes = 3221225472", ""]
-    path = folder / "cluster.toml"
-    path.write_text("\n".join(lines))
-    return path
+    return write_inventory(tmp_path_factory.mktemp("fleet"))
 
 
 def plan_json(inventory: Path, *args: str) -> dict:

@@ -7,22 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from recorded_fleet import PROFILE, write_inventory
 
 from hetcluster.profiling.profile import load_profile
-
-PROFILE = Path(__file__).parent / "data" / "profiles" / "emulated_small_cnn_3dev.json"
-DEVICES = ("server", "jetson-nano", "rpi4")
 
 
 @pytest.fixture()
 def inventory(tmp_path) -> Path:
-    (tmp_path / "token").write_text("t" * 32)
-    lines = ['[cluster]', 'name = "recorded"', 'network = "loopback"', ""]
-    for port, name in enumerate(DEVICES, start=50001):
-        lines += ["[[devices]]", f'name = "{name}"', f'address = "127.0.0.1:{port}"', 'token_file = "token"', ""]
-    path = tmp_path / "cluster.toml"
-    path.write_text("\n".join(lines))
-    return path
+    return write_inventory(tmp_path)
 
 
 @pytest.fixture()
