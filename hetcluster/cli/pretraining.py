@@ -34,7 +34,12 @@ def step_cap_for_job(steps_per_run: int, total_steps: int | None, n_devices: int
     its rate read 11 % under the mean of its two trainings), while 277 steps were its share."""
     if total_steps is None:
         return 0
-    return max(steps_per_run, total_steps // (3 * (n_devices + max_sets)))
+    return max(steps_per_run, phase_budget_steps(total_steps) // (n_devices + max_sets))
+
+
+def phase_budget_steps(total_steps: int | None) -> int:
+    """The most steps the whole pre-training phase may take: a third of the job (0: no budget)."""
+    return (total_steps or 0) // 3
 
 
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
@@ -47,7 +52,7 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     profile_path, checkpoint_dir = profile_paths(workdir)
     settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
                                 max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, len(device_names or fleet.names)),
-                                max_phase_steps=(total_steps or 0) // 3)
+                                max_phase_steps=phase_budget_steps(total_steps))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)
