@@ -1,9 +1,10 @@
 """Reproduce the reference evaluation: how often does the planner choose the measured best configuration?
 
 Three emulated platforms (server, jetson-nano, phone: a server-class device, an edge board, a phone)
-× five models × four objectives (time, power, energy, EDP). For each model, `hetcluster evaluate`
-pre-trains once, predicts all 7 configurations, trains every one of them for real from the same
-pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
+× five models × four objectives (time, power, energy, EDP); `--devices` names another fleet from the
+catalog (the default five: server,jetson-xavier,jetson-nano,rpi4,phone — 31 configurations). For each
+model, `hetcluster evaluate` pre-trains once, predicts all 2^n − 1 configurations, trains every one
+of them for real from the same pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
 own state dir, runs evaluate per model, always tears the fleet down, and writes under
 experiments/results/choice_accuracy/<full|reduced>/:
 
@@ -15,7 +16,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--job-scale K] [--repeats R] [--out-dir DIR]
+Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--job-scale K]
+                                                        [--repeats R] [--out-dir DIR]
         .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
     parser.add_argument("--repeats", type=int, default=1,
                         help="train every configuration R times, truth = their mean (default 1); results default to ...-rR")
+    parser.add_argument("--devices", help=f"the emulated fleet, catalog names comma-separated (default {','.join(PLATFORMS)}); "
+                                          "results default to ...-<n>dev")
     parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
@@ -146,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--repeats must be 1 or more, got {args.repeats}")
     if args.repeats > 1:
         name = f"{name}-r{args.repeats}"
+    devices = PLATFORMS
+    if args.devices:
+        devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
+        if len(devices) < 2 or len(set(devices)) != len(devices):
+            parser.error(f"--devices: give two or more distinct device names, got {args.devices!r}")
+        if devices != PLATFORMS:
+            name = f"{name}-{len(devices)}dev"
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         unknown = sorted(set(wanted) - {s.model for s in settings})
@@ -159,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.render_only:
         try:
             run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
-                    args.fresh, sys.argv, args.repeats)
+                    args.fresh, sys.argv, args.repeats, devices)
         except RuntimeError as error:  # a hetcluster command failed: its own message, not a traceback
             raise SystemExit(f"error: {error}") from None
     frames = render(out_dir, settings)
@@ -176,17 +187,17 @@ def fleet_name(out_dir: Path) -> str:
 
 
 def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str],
-            repeats: int = 1) -> None:
+            repeats: int = 1, devices: tuple[str, ...] = PLATFORMS) -> None:
     """Bring the fleet up, evaluate every model not yet in raw/, record the machine, tear down."""
     raw_dir = out_dir / "raw"
     todo = [s for s in settings if fresh or not (raw_dir / f"{s.model}.setting.json").exists()]
-    machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(PLATFORMS),
+    machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(devices),
                "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
     work_dir = state_dir / "work"
     finished = []
     try:
         if todo:
-            with emulated_fleet(state_dir, PLATFORMS, name=fleet_name(out_dir),
+            with emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
                                 log_path=raw_dir / "evaluate.log") as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
