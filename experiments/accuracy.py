@@ -9,6 +9,10 @@ renders its results share these functions, and tests feed them hand-made evaluat
 * with every configuration trained several times (`evaluate --repeats`), it is *within noise* when
   exact or when some run of the chosen configuration measured at least as good as some run of the
   best one (the ground truth cannot separate them); the exact rate is then against the mean;
+* with the plan's near-ties recorded (evaluations since commit "near-ties"), a choice is *clear*
+  when no other feasible configuration was predicted within the chosen prediction's uncertainty
+  (Plan.near_ties); `exact_when_clear` is the exact rate over those cases, and
+  `best_among_near_ties` says whether the measured best was the choice or one of its near-ties;
 * MAPE of time and energy is over every measured configuration of the model, whole job
   (`mape`, what a user waits for) and training phase only (`mape_training_phase`);
 * the pre-training overhead is pre-training time over the whole measured job of the configuration
@@ -35,7 +39,9 @@ def choice_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any
                      "best": "+".join(score["best"] or []), "exact": score.get("exact"),
                      "regret": regret,
                      "within_5pct": None if regret is None else bool(regret <= REGRET_TOLERANCE),
-                     "within_noise": score.get("within_noise")})
+                     "within_noise": score.get("within_noise"),
+                     "near_ties": len(score["near_ties"]) if "near_ties" in score else None,
+                     "best_among_near_ties": score.get("best_among_near_ties")})
     return rows
 
 
@@ -70,6 +76,13 @@ def _rate(series: pd.Series) -> float | None:
     return float(known.astype(bool).mean()) if len(known) else None
 
 
+def _clear(part: pd.DataFrame) -> dict[str, Any]:
+    """Cases whose plan named no near-tie, and the exact rate over them (None without the record)."""
+    clear = part[part["near_ties"].notna() & (part["near_ties"] == 0)]
+    return {"clear_cases": int(len(clear)) if part["near_ties"].notna().any() else None,
+            "exact_when_clear": _rate(clear["exact"])}
+
+
 def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float) -> pd.DataFrame:
     """The headline table: per objective and overall, exact and within-5% accuracy beside the reference."""
     rows = []
@@ -77,10 +90,12 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float)
         part = choices[choices["objective"] == objective]
         rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
                      "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
-                     "mean_regret": part["regret"].dropna().mean()})
+                     "mean_regret": part["regret"].dropna().mean(), **_clear(part),
+                     "best_among_near_ties": _rate(part["best_among_near_ties"])})
     rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
                  "within_5pct": _rate(choices["within_5pct"]), "within_noise": _rate(choices["within_noise"]),
-                 "mean_regret": choices["regret"].dropna().mean(),
+                 "mean_regret": choices["regret"].dropna().mean(), **_clear(choices),
+                 "best_among_near_ties": _rate(choices["best_among_near_ties"]),
                  "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
                  "mape_time_training": models["mape_time_training"].mean(),
                  "mape_energy_training": models["mape_energy_training"].mean(),
@@ -94,7 +109,7 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
     """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
     choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
                            columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct",
-                                    "within_noise"])
+                                    "within_noise", "near_ties", "best_among_near_ties"])
     models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
     configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
     return {"choices": choices, "models": models, "configurations": configs,

@@ -42,9 +42,9 @@ ABLATIONS = {  # what each ablation clears in the recorded device measurements
 def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None = None) -> dict[str, Any]:
     """The evaluation as today's planner would have scored it: new predictions and choices, the
     same measurements (less what the ablation `without` clears: a key of ABLATIONS)."""
-    from hetcluster.cli.cmd_evaluate import evaluation_dict
+    from hetcluster.cli.cmd_evaluate import evaluation_dict, plans_by_objective
     from hetcluster.evaluation.scoring import ConfigurationResult
-    from hetcluster.planner import choose, get_objective, plan
+    from hetcluster.planner import plan
     from hetcluster.profiling.profile import Profile, to_planner_inputs
     from hetcluster.training.report import JobMetrics
 
@@ -62,9 +62,9 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
         results.append(ConfigurationResult(devices_of, predicted[frozenset(devices_of)], measured,
                                            error=config.get("error"), details=details,
                                            repeats=[JobMetrics.from_mapping(m) for m in config.get("repeats", [])]))
-    choices = {name: tuple(choose(table, get_objective(name)).chosen) for name in evaluation["objectives"]}
+    plans = plans_by_objective(table, list(evaluation["objectives"]))
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
-    return evaluation_dict(results, choices, pretrain, profile)
+    return evaluation_dict(results, plans, pretrain, profile)
 
 
 def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float:

@@ -36,6 +36,16 @@ def test_unmeasured_choice_has_no_verdict():
     assert score["exact"] is None and score["regret"] is None and score["best"] is not None
 
 
+def test_the_best_among_the_plans_near_ties_is_recorded_beside_exact():
+    wrong = score_objective(RESULTS, "time", ("a", "b"), near_ties=[("a",), ("b",)])   # best b: a near-tie
+    assert wrong["exact"] is False and wrong["best_among_near_ties"] is True
+    assert wrong["near_ties"] == [["a"], ["b"]]
+    assert score_objective(RESULTS, "time", ("a", "b"), near_ties=[("a",)])["best_among_near_ties"] is False
+    assert score_objective(RESULTS, "time", ("b",), near_ties=[])["best_among_near_ties"] is True      # exact
+    assert score_objective(RESULTS, "time", ("c",), near_ties=[])["best_among_near_ties"] is None      # unmeasured
+    assert "near_ties" not in score_objective(RESULTS, "time", ("b",))
+
+
 def test_mape_over_measured_configurations_only():
     errors = mape(RESULTS)
     expected_time = (10 / 110 + 0 + 20 / 70) / 3

@@ -82,6 +82,23 @@ def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
     assert summary.loc["time", "within_noise"] == 1.0
 
 
+def test_exact_when_clear_counts_only_the_choices_the_plan_named_no_near_tie_for() -> None:
+    ev = evaluation({"time": ["a", "b"], "power": ["b"], "energy": ["a"], "edp": ["a"]},
+                    {"time": 0.02, "power": 0.3, "energy": 0.0, "edp": 0.0}, 0.1, 0.1)
+    near = {"time": [["a"]], "power": [], "energy": [], "edp": [["b"], ["a", "b"]]}
+    for name, ties in near.items():
+        ev["objectives"][name].update(near_ties=ties, best_among_near_ties=ev["objectives"][name]["exact"]
+                                      or ["a"] in ties)
+    frames = accuracy.tables([("m", {}, ev)], 0.7667)
+    assert frames["choices"]["near_ties"].tolist() == [1, 0, 0, 2]
+    summary = frames["summary"].set_index("scope")
+    # clear: power (wrong) and energy (exact) → 1 of 2; the best is among the near-ties for time, energy, edp
+    assert summary.loc["all", "clear_cases"] == 2 and summary.loc["all", "exact_when_clear"] == pytest.approx(0.5)
+    assert summary.loc["all", "best_among_near_ties"] == pytest.approx(3 / 4)
+    assert summary.loc["time", "clear_cases"] == 0 and pd.isna(summary.loc["time", "exact_when_clear"])
+    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "clear_cases"])  # not recorded
+
+
 def test_unmeasured_choice_counts_as_unknown_not_wrong() -> None:
     ev = evaluation({"time": ["b"]}, {"time": 0.0}, 0.1, 0.1)
     ev["objectives"]["time"].update({"exact": None, "regret": None})

@@ -4,6 +4,7 @@ import io
 import json
 
 import pandas as pd
+import pytest
 from rich.console import Console
 
 from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table
@@ -65,3 +66,31 @@ def test_pareto_plot_is_written(tmp_path):
     assert out.exists() and out.stat().st_size > 1000
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def _time_plan(chosen_std_s: float, constraints=()):
+    """The FLEET's time plan (by hand: ABC 58.82 s, AB 66.67 s, AC 83.33 s, A 100 s, …) with every
+    prediction's time uncertainty set to ``chosen_std_s``."""
+    table = estimate(FLEET, [], JobSpec(total_steps=1000))
+    table["time_s_std"] = chosen_std_s
+    return choose(table, "time", constraints)
+
+
+def test_near_ties_are_the_feasible_configurations_within_the_chosen_uncertainty():
+    plan = _time_plan(30.0)                       # 58.82 + 30 = 88.82 s: AB and AC, not A (100 s)
+    ties = plan.near_ties()
+    assert [tuple(d) for d in ties["devices"]] == [("A", "B"), ("A", "C")]
+    assert ties["relative_difference"].tolist() == pytest.approx([66.667 / 58.824 - 1, 83.333 / 58.824 - 1], rel=1e-4)
+    assert [tuple(d) for d in _time_plan(30.0, [Deadline(70.0)]).near_ties()["devices"]] == [("A", "B")]  # AC too slow
+    assert _time_plan(5.0).near_ties().empty      # 63.82 s: nothing within
+
+    console = Console(file=io.StringIO(), width=200)
+    print_table(plan, console=console)
+    assert "near-tie: within the chosen prediction's ±51.0% by time: A+B +13.3%, A+C +41.7%" in console.file.getvalue()
+    data = plan_to_dict(plan)
+    assert [t["devices"] for t in data["near_ties"]] == [["A", "B"], ["A", "C"]]
+    assert data["near_ties"][0]["relative_difference"] == pytest.approx(0.1333, abs=1e-4)
+
+    console = Console(file=io.StringIO(), width=200)
+    print_table(_time_plan(5.0), console=console)
+    assert "near-tie" not in console.file.getvalue() and plan_to_dict(_time_plan(5.0))["near_ties"] == []

@@ -19,7 +19,7 @@ own noise (evaluation/scoring.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -97,10 +97,11 @@ def evaluate_command(
     console.print(f"result: {out}")
 
 
-def _choices(plan: Any, names: list[str]) -> dict[str, tuple[str, ...]]:
+def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[Any] = ()) -> dict[str, Any]:
+    """One Plan per objective name from one estimate table (its choice and its near-ties)."""
     from hetcluster.planner import choose, get_objective
 
-    return {name: tuple(choose(plan.table, get_objective(name), plan.constraints).chosen) for name in names}
+    return {name: choose(table, get_objective(name), tuple(constraints)) for name in names}
 
 
 def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
@@ -126,7 +127,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
             raise ConfigError(f"No prediction for {', '.join('+'.join(m) for m in missing)} (not in the profile's fleet).",
                               hint="name devices that pre-training measured.")
         configs = [predicted[frozenset(w)] for w in wanted]
-    choices = _choices(plan, objectives)
+    plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
     runs: dict[tuple[str, ...], list[Any]] = {}
@@ -149,15 +150,20 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
                 console.print(f"[red]failed:[/] {label}{suffix}: {result.error}")
             runs.setdefault(devices, []).append(result)
             results = [merge_repeats(done, pretrain) for done in runs.values()]
-            write_json_atomic(out, evaluation_dict(results, choices, pretrain, profile))
-    return evaluation_dict(results, choices, pretrain, profile)
+            write_json_atomic(out, evaluation_dict(results, plans, pretrain, profile))
+    return evaluation_dict(results, plans, pretrain, profile)
 
 
-def evaluation_dict(results: list[Any], choices: dict[str, tuple[str, ...]], pretrain: dict[str, float],
+def evaluation_dict(results: list[Any], plans: dict[str, Any], pretrain: dict[str, float],
                     profile: Any) -> dict[str, Any]:
+    """The evaluation's JSON: every configuration, each objective's score (with the plan's near-ties), MAPE,
+    pre-training and the profile."""
     from hetcluster.evaluation.scoring import mape, score_objective
 
-    objectives = {name: score_objective(results, name, chosen) for name, chosen in choices.items()}
+    choices = {name: tuple(p.chosen) for name, p in plans.items()}
+    objectives = {name: score_objective(results, name, choices[name],
+                                        near_ties=[tuple(d) for d in p.near_ties()["devices"]])
+                  for name, p in plans.items()}
     overhead = None
     reference = choices.get(OVERHEAD_OBJECTIVE)
     for result in results:

@@ -68,10 +68,26 @@ def plan_table(plan, top: int = DEFAULT_TOP_ROWS):
     return out
 
 
+def near_ties_line(plan) -> str | None:
+    """One line naming the configurations within the chosen prediction's uncertainty, or None."""
+    ties = plan.near_ties()
+    if ties.empty:
+        return None
+    objective, row = plan.objective, plan.chosen_row
+    relative = row[objective.std_column] / row[objective.column] if row[objective.column] > 0 else math.nan
+    listed = ", ".join(f"{_devices_label(tie, 40, '+')} {tie['relative_difference']:+.1%}" for _, tie in ties.iterrows())
+    return (f"near-tie: within the chosen prediction's ±{relative:.1%} by {objective.name}: {listed} — "
+            "pre-training cannot tell these apart from the choice")
+
+
 def print_table(plan, top: int = DEFAULT_TOP_ROWS, console=None) -> None:
     from hetcluster.cli.console import make_console
 
-    (console or make_console()).print(plan_table(plan, top))
+    console = console or make_console()
+    console.print(plan_table(plan, top))
+    line = near_ties_line(plan)
+    if line:
+        console.print(line, style="yellow", markup=False, highlight=False)
 
 
 def _row_record(row: dict) -> dict:
@@ -96,7 +112,8 @@ def _row_record(row: dict) -> dict:
 
 
 def plan_to_dict(plan, limit: int | None = JSON_MAX_ROWS) -> dict:
-    """JSON-ready dict: objective, chosen, constraints, configurations (best first, ≤ limit)."""
+    """JSON-ready dict: objective, chosen, constraints, near_ties (Plan.near_ties), configurations
+    (best first, ≤ limit)."""
     table = plan.table
     rows = table if limit is None else table.head(limit)
     return {
@@ -107,6 +124,8 @@ def plan_to_dict(plan, limit: int | None = JSON_MAX_ROWS) -> dict:
         "configurations_total": int(table.attrs.get("configurations_total", len(table))),
         "configurations_listed": int(len(rows)),
         "truncated": bool(len(rows) < len(table)),
+        "near_ties": [{**_row_record(r), "relative_difference": float(r["relative_difference"])}
+                      for r in plan.near_ties().to_dict("records")],
         "configurations": [_row_record(r) for r in rows.to_dict("records")],
     }
 

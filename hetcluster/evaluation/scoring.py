@@ -53,9 +53,13 @@ def _key(devices: Sequence[str]) -> frozenset[str]:
     return frozenset(devices)
 
 
-def score_objective(results: Sequence[ConfigurationResult], objective: str, chosen: Sequence[str]) -> dict[str, Any]:
+def score_objective(results: Sequence[ConfigurationResult], objective: str, chosen: Sequence[str],
+                    near_ties: Sequence[Sequence[str]] | None = None) -> dict[str, Any]:
     """``{chosen, best, exact, regret, metric}`` for one objective over the measured configurations,
-    and ``within_noise`` when both the chosen and the best configuration were measured more than once."""
+    ``within_noise`` when both the chosen and the best configuration were measured more than once,
+    and with the plan's ``near_ties`` (Plan.near_ties) given, those and ``best_among_near_ties``:
+    the measured best is the choice or one of the configurations the planner said it could not
+    tell from it."""
     metric = OBJECTIVE_METRIC[objective]
     measured = [r for r in results if r.measured is not None]
     if not measured:
@@ -66,6 +70,10 @@ def score_objective(results: Sequence[ConfigurationResult], objective: str, chos
     regret = None if mine is None or best_value <= 0 else (getattr(mine.measured, metric) - best_value) / best_value
     exact = None if mine is None else _key(best.devices) == _key(chosen)
     score = {"chosen": list(chosen), "best": list(best.devices), "exact": exact, "regret": regret, "metric": metric}
+    if near_ties is not None:
+        score["near_ties"] = [list(t) for t in near_ties]
+        score["best_among_near_ties"] = None if exact is None else bool(exact) or any(
+            _key(t) == _key(best.devices) for t in near_ties)
     if mine is not None and len(mine.repeats) > 1 and len(best.repeats) > 1:
         score["within_noise"] = bool(exact) or (min(getattr(m, metric) for m in mine.repeats)
                                                 <= max(getattr(m, metric) for m in best.repeats))

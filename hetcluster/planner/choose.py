@@ -18,6 +18,8 @@ from hetcluster.planner.objectives import Objective, get_objective
 
 log = logging.getLogger(__name__)
 
+NEAR_TIES_SHOWN = 5
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -31,6 +33,20 @@ class Plan:
     @property
     def chosen_row(self) -> pd.Series:
         return self.table.loc[self.table["chosen"]].iloc[0]
+
+    def near_ties(self, limit: int = NEAR_TIES_SHOWN) -> pd.DataFrame:
+        """Feasible configurations other than the chosen one whose predicted objective lies within
+        the chosen prediction's own uncertainty (one σ), best first, at most ``limit``, with their
+        ``relative_difference`` from the chosen value. Non-empty: by the planner's own reckoning
+        pre-training cannot tell these apart from the choice (on the emulated fleet the measured
+        best of a near-tie changes from one training to the next; docs/experiments.md)."""
+        row = self.chosen_row
+        column, value = self.objective.column, float(row[self.objective.column])
+        spread = float(row[self.objective.std_column])
+        others = self.table[self.table["feasible"].to_numpy() & ~self.table["chosen"].to_numpy()]
+        ties = others[others[column].to_numpy() <= value + spread].head(limit).copy()
+        ties["relative_difference"] = ties[column] / value - 1.0 if value > 0 else np.nan
+        return ties
 
 
 def _with_memory_fit(constraints) -> tuple[Constraint, ...]:

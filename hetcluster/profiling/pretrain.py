@@ -43,6 +43,7 @@ from hetcluster.training.checkpoints import checkpoint_steps
 log = logging.getLogger(__name__)
 
 MIN_STARTUP_WINDOW_S = 0.25   # shorter start-ups take their power over the first step instead
+RATE_BLOCK_S = 1.0            # batch length of a rate's standard error (rate_standard_error)
 
 # Pre-training samples power at 10 Hz where training samples at 2 Hz
 # (coordinator.TRAIN_POWER_RATE_HZ, chosen because recorders cost an emulating host CPU). Its
@@ -214,13 +215,31 @@ class _Phase:
 
 
 def _rate_std(result: Any) -> float:
-    """Standard error of the solo rate, from the spread of post-warm-up completion intervals."""
+    """Standard error of the solo rate over the run's post-warm-up completions (rate_standard_error)."""
     ends = sorted(end for _, end, _ in result.step_times)[result.warmup_steps:]
-    intervals = [b - a for a, b in zip(ends, ends[1:]) if b > a]
+    return rate_standard_error(ends, result.steps_per_s)
+
+
+def rate_standard_error(ends_s: Sequence[float], steps_per_s: float, block_s: float = RATE_BLOCK_S) -> float:
+    """Standard error (steps/s) of a rate measured over sorted completion times ``ends_s``, by batch
+    means: the window's step intervals are cut into consecutive blocks of about ``block_s`` (at least
+    three blocks), and the spread of the blocks' mean intervals gives the error of the overall mean.
+    Never less than the error of independent intervals (stdev/√n), which it equals with one-step blocks.
+
+    A shared host's speed wanders over seconds (the emulated server's rate over 5 s runs spreads
+    by 6-7 % from run to run, its per-second rate by far more; docs/experiments.md, host-speed
+    probe), so neighbouring intervals are alike and, taken as independent, understate the error;
+    blocks of a second see that wander."""
+    intervals = [b - a for a, b in zip(ends_s, ends_s[1:]) if b > a]
     if len(intervals) < 2:
         return 0.0
     mean = statistics.fmean(intervals)
-    return result.steps_per_s * statistics.stdev(intervals) / mean / math.sqrt(len(intervals))
+    independent = statistics.stdev(intervals) / math.sqrt(len(intervals))
+    per_block = max(1, min(round(block_s / mean), len(intervals) // 3))
+    blocks = len(intervals) // per_block
+    block_means = [statistics.fmean(intervals[j * per_block:(j + 1) * per_block]) for j in range(blocks)]
+    batched = statistics.stdev(block_means) / math.sqrt(blocks) if blocks >= 2 else 0.0
+    return steps_per_s * max(batched, independent) / mean
 
 
 def _startup(result: Any) -> tuple[float, float]:
