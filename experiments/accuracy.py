@@ -78,7 +78,7 @@ def _rate(series: pd.Series) -> float | None:
 
 def _clear(part: pd.DataFrame) -> dict[str, Any]:
     """Cases whose plan named no near-tie, and the exact rate over them (None without the record)."""
-    clear = part[part["near_ties"].notna() & (part["near_ties"] == 0)]
+    clear = part[part["near_ties"] == 0]   # NaN (not recorded) is never 0
     return {"clear_cases": int(len(clear)) if part["near_ties"].notna().any() else None,
             "exact_when_clear": _rate(clear["exact"])}
 

@@ -101,7 +101,7 @@ def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[A
     """One Plan per objective name from one estimate table (its choice and its near-ties)."""
     from hetcluster.planner import choose, get_objective
 
-    return {name: choose(table, get_objective(name), tuple(constraints)) for name in names}
+    return {name: choose(table, get_objective(name), constraints) for name in names}
 
 
 def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,

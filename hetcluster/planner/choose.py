@@ -43,8 +43,10 @@ class Plan:
         row = self.chosen_row
         column, value = self.objective.column, float(row[self.objective.column])
         spread = float(row[self.objective.std_column])
-        others = self.table[self.table["feasible"].to_numpy() & ~self.table["chosen"].to_numpy()]
-        ties = others[others[column].to_numpy() <= value + spread].head(limit).copy()
+        table = self.table
+        within = (table["feasible"].to_numpy() & ~table["chosen"].to_numpy()
+                  & (table[column].to_numpy() <= value + spread))
+        ties = table.iloc[np.flatnonzero(within)[:limit]].copy()   # the table is best first
         ties["relative_difference"] = ties[column] / value - 1.0 if value > 0 else np.nan
         return ties
 

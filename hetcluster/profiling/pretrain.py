@@ -236,9 +236,9 @@ def rate_standard_error(ends_s: Sequence[float], steps_per_s: float, block_s: fl
     mean = statistics.fmean(intervals)
     independent = statistics.stdev(intervals) / math.sqrt(len(intervals))
     per_block = max(1, min(round(block_s / mean), len(intervals) // 3))
-    blocks = len(intervals) // per_block
+    blocks = len(intervals) // per_block   # 3 or more, or 2 when there are only 2 intervals
     block_means = [statistics.fmean(intervals[j * per_block:(j + 1) * per_block]) for j in range(blocks)]
-    batched = statistics.stdev(block_means) / math.sqrt(blocks) if blocks >= 2 else 0.0
+    batched = statistics.stdev(block_means) / math.sqrt(blocks)
     return steps_per_s * max(batched, independent) / mean
 
 
