@@ -13,6 +13,10 @@ renders its results share these functions, and tests feed them hand-made evaluat
   when no other feasible configuration was predicted within the chosen prediction's uncertainty
   (Plan.near_ties); `exact_when_clear` is the exact rate over those cases, and
   `best_among_near_ties` says whether the measured best was the choice or one of its near-ties;
+* with a repeated truth, a case is *separated* when every run of the measured best was better than
+  every run of every other configuration (scoring.truth_separated); `exact_when_separated` is the
+  exact rate where the ground truth is unambiguous (elsewhere which configuration is "best"
+  changes from one training to the next, and so would the reference's single measurement);
 * MAPE of time and energy is over every measured configuration of the model, whole job
   (`mape`, what a user waits for) and training phase only (`mape_training_phase`);
 * the pre-training overhead is pre-training time over the whole measured job of the configuration
@@ -41,7 +45,8 @@ def choice_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any
                      "within_5pct": None if regret is None else bool(regret <= REGRET_TOLERANCE),
                      "within_noise": score.get("within_noise"),
                      "near_ties": len(score["near_ties"]) if "near_ties" in score else None,
-                     "best_among_near_ties": score.get("best_among_near_ties")})
+                     "best_among_near_ties": score.get("best_among_near_ties"),
+                     "separated": score.get("separated")})
     return rows
 
 
@@ -83,6 +88,15 @@ def _clear(part: pd.DataFrame) -> dict[str, Any]:
             "exact_when_clear": _rate(clear["exact"])}
 
 
+def _separated(part: pd.DataFrame) -> dict[str, Any]:
+    """Cases whose repeated truth separated the best from every other configuration, and the exact
+    rate over them (None without a repeated truth)."""
+    known = part["separated"].dropna()
+    separated = part.loc[known[known.astype(bool)].index]
+    return {"separated_cases": int(len(separated)) if len(known) else None,
+            "exact_when_separated": _rate(separated["exact"])}
+
+
 def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float) -> pd.DataFrame:
     """The headline table: per objective and overall, exact and within-5% accuracy beside the reference."""
     rows = []
@@ -90,11 +104,11 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float)
         part = choices[choices["objective"] == objective]
         rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
                      "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
-                     "mean_regret": part["regret"].dropna().mean(), **_clear(part),
+                     "mean_regret": part["regret"].dropna().mean(), **_clear(part), **_separated(part),
                      "best_among_near_ties": _rate(part["best_among_near_ties"])})
     rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
                  "within_5pct": _rate(choices["within_5pct"]), "within_noise": _rate(choices["within_noise"]),
-                 "mean_regret": choices["regret"].dropna().mean(), **_clear(choices),
+                 "mean_regret": choices["regret"].dropna().mean(), **_clear(choices), **_separated(choices),
                  "best_among_near_ties": _rate(choices["best_among_near_ties"]),
                  "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
                  "mape_time_training": models["mape_time_training"].mean(),
@@ -109,7 +123,7 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
     """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
     choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
                            columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct",
-                                    "within_noise", "near_ties", "best_among_near_ties"])
+                                    "within_noise", "near_ties", "best_among_near_ties", "separated"])
     models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
     configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
     return {"choices": choices, "models": models, "configurations": configs,

@@ -6,9 +6,11 @@ not depend on what the planner predicted — every configuration is trained — 
 this checkout can re-predict from the same profile and be scored against the same truth: a fair
 before/after for a change to the model, and ablations: --without-startup plans as if
 pre-training had not measured each device's start-up, --without-startup-power as if it had
-measured the start-up's duration but not its power (priced at training power, as before).
+measured the start-up's duration but not its power (priced at training power, as before),
+--without-sets as if pre-training had run each device alone and no calibration set (no contention
+fitted: a configuration's rate is the sum of its members' solo rates, its power the sum of theirs).
 
-    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power]
+    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets]
 
 DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-startup[-power]]/raw/ and are rendered there like choice_accuracy.py renders its
@@ -36,6 +38,7 @@ log = logging.getLogger("replan")
 ABLATIONS = {  # what each ablation clears in the recorded device measurements
     "startup": {"startup_s": 0.0, "first_step_s": 0.0, "startup_power_w": 0.0},
     "startup-power": {"startup_power_w": 0.0},
+    "sets": {},  # and every multi-device run (replan drops them)
 }
 
 
@@ -52,6 +55,8 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
     devices, runs, job = to_planner_inputs(profile, total_steps)
     if without:
         devices = [dataclasses.replace(d, **ABLATIONS[without]) for d in devices]
+    if without == "sets":
+        runs = []
     table = plan(devices, runs, job, "edp", ()).table
     predicted = {frozenset(row["devices"]): JobMetrics.from_mapping(row) for row in table.to_dict("records")}
     results = []
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="plan without the measured start-up (ablation)")
     ablation.add_argument("--without-startup-power", dest="without", action="store_const", const="startup-power",
                           help="price the start-up at training power, as before it was measured (ablation)")
+    ablation.add_argument("--without-sets", dest="without", action="store_const", const="sets",
+                          help="plan from the solo runs alone, no calibration set (ablation)")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)

@@ -97,3 +97,15 @@ def test_within_noise_when_the_runs_of_chosen_and_best_overlap():
 
 def test_within_noise_needs_repeats_of_both():
     assert "within_noise" not in score_objective(RESULTS, "time", ("a", "b"))
+
+
+def test_truth_separated_when_every_run_of_the_best_beats_every_run_of_the_rest():
+    overlapping = [_repeated(("a",), 40.0, 50.0), _repeated(("b",), 44.0, 56.0), _repeated(("c",), 60.0, 62.0)]
+    assert score_objective(overlapping, "time", ("a",))["separated"] is False   # b's 44 s beats a's 50 s
+    apart = [_repeated(("a",), 40.0, 43.0, power_w=5.0), _repeated(("b",), 44.0, 56.0), _repeated(("c",), 60.0, 62.0)]
+    assert score_objective(apart, "time", ("b",))["separated"] is True         # a: 43 s < b's 44 s; exact or not
+    assert score_objective(apart, "power", ("a",))["separated"] is True        # 5 W against 10 W
+    assert score_objective(overlapping, "power", ("a",))["separated"] is False  # 10 W each: a tie
+    tied = [_repeated(("a",), 40.0, 44.0), _repeated(("b",), 44.0, 56.0)]
+    assert score_objective(tied, "time", ("a",))["separated"] is False         # equal runs do not separate
+    assert "separated" not in score_objective(RESULTS, "time", ("b",))          # trained once

@@ -195,3 +195,17 @@ def test_a_failed_hetcluster_command_ends_the_run_with_its_message(tmp_path: Pat
     monkeypatch.setattr(choice_accuracy, "run_all", failing_run_all)
     with pytest.raises(SystemExit, match="no agent answered"):
         choice_accuracy.main(["--models", "small_cnn", "--out-dir", str(tmp_path)])
+
+
+def test_exact_when_separated_counts_only_cases_the_repeated_truth_separated() -> None:
+    ev = evaluation({"time": ["a", "b"], "power": ["b"], "energy": ["a"], "edp": ["a"]},
+                    {"time": 0.02, "power": 0.3, "energy": 0.0, "edp": 0.0}, 0.1, 0.1)
+    for name, separated in {"time": False, "power": True, "energy": True, "edp": False}.items():
+        ev["objectives"][name]["separated"] = separated
+    frames = accuracy.tables([("m", {}, ev)], 0.7667)
+    assert frames["choices"]["separated"].tolist() == [False, True, True, False]
+    summary = frames["summary"].set_index("scope")
+    # separated: power (wrong) and energy (exact) → 1 of 2; time and edp overlap in the truth
+    assert summary.loc["all", "separated_cases"] == 2 and summary.loc["all", "exact_when_separated"] == pytest.approx(0.5)
+    assert summary.loc["time", "separated_cases"] == 0 and pd.isna(summary.loc["time", "exact_when_separated"])
+    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "separated_cases"])  # trained once

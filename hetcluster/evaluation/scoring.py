@@ -14,7 +14,11 @@ A configuration trained several times (``evaluate --repeats R``) is measured by 
 runs (``measured``; each run's figures in ``repeats``), and each objective then also says whether
 the choice is ``within_noise``: exact, or the chosen configuration's runs and the best one's
 overlap on the objective's metric (some run of the chosen measured at least as good as some run
-of the best) — the ground truth itself cannot tell the two apart.
+of the best) — the ground truth itself cannot tell the two apart — and whether the truth is
+``separated``: every run of the best measured better than every run of every other configuration.
+Where it is not, some other configuration's runs overlap the best's and which one is "best"
+depends on the training; ``exact`` over the separated cases is the planner's accuracy where the
+ground truth is unambiguous.
 """
 
 from __future__ import annotations
@@ -77,7 +81,19 @@ def score_objective(results: Sequence[ConfigurationResult], objective: str, chos
     if mine is not None and len(mine.repeats) > 1 and len(best.repeats) > 1:
         score["within_noise"] = bool(exact) or (min(getattr(m, metric) for m in mine.repeats)
                                                 <= max(getattr(m, metric) for m in best.repeats))
+    separated = truth_separated(measured, metric, best)
+    if separated is not None:
+        score["separated"] = separated
     return score
+
+
+def truth_separated(measured: Sequence[ConfigurationResult], metric: str, best: ConfigurationResult) -> bool | None:
+    """Whether every run of ``best`` measured better than every run of every other configuration
+    (None unless every configuration was trained more than once)."""
+    if any(len(r.repeats) < 2 for r in measured):
+        return None
+    worst_of_best = max(getattr(m, metric) for m in best.repeats)
+    return all(worst_of_best < min(getattr(m, metric) for m in r.repeats) for r in measured if r is not best)
 
 
 def mape(results: Sequence[ConfigurationResult], pretrain_time_s: float = 0.0,
