@@ -131,8 +131,8 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
 
 
 def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:
-    """Bars of exact and within-5% accuracy (and within-noise, with a repeated truth) per objective
-    and overall, the reference as a line."""
+    """Bars of exact and within-5% accuracy per objective and overall (with a repeated truth also
+    within-noise and exact where the truth separates its best), the reference as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,10 +143,14 @@ def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:
     bars = [("exact", "exact best"), ("within_5pct", "within 5% regret")]
     if "within_noise" in part and part["within_noise"].notna().any():   # a repeated ground truth
         bars.append(("within_noise", "within the truth's noise"))
+    if "exact_when_separated" in part and part["exact_when_separated"].notna().any():
+        bars.append(("exact_when_separated", "exact where the truth separates its best"))
     width = 0.8 / len(bars)
     fig, ax = plt.subplots(figsize=(7, 4.6))
     for i, (column, label) in enumerate(bars):
-        ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], part[column].fillna(0) * 100, width=width, label=label)
+        # a rate over no case (no separated case of an objective) draws no bar rather than 0 %
+        heights = part[column].astype(float) if column == "exact_when_separated" else part[column].fillna(0)
+        ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], heights * 100, width=width, label=label)
     ax.axhline(reference * 100, color="k", linestyle="--", linewidth=1, label=f"reference paper {reference:.2%}")
     ax.set_xticks(list(xs), [f"{s}\n(n={int(c)})" for s, c in zip(part["scope"], part["cases"])])
     ax.set_ylabel("choices (%)")
