@@ -11,6 +11,7 @@ measured the start-up's duration but not its power (priced at training power, as
 fitted: a configuration's rate is the sum of its members' solo rates, its power the sum of theirs).
 
     .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets]
+    .venv/bin/python experiments/replan.py --all-repeated [--without-sets]   # the headline over every repeated truth
 
 DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-startup[-power]]/raw/ and are rendered there like choice_accuracy.py renders its
@@ -79,10 +80,61 @@ def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float
                for c in new["configurations"])
 
 
+def replan_file(result: Path, without: str | None = None, check: bool = False) -> tuple[dict, dict] | None:
+    """(setting, re-planned evaluation) of one recorded raw/<model>.json; None when the recording
+    predates evaluate keeping the whole profile. check: fail unless the predictions reproduce."""
+    evaluation = read_json(result)
+    if "format_version" not in evaluation.get("profile", {}):
+        log.warning("skipping %s: recorded before evaluate kept the whole profile", result)
+        return None
+    setting = read_json(result.with_suffix(".setting.json"))
+    new = replan(evaluation, int(setting["total_steps"]), without=without)
+    change = largest_prediction_change(evaluation, new)
+    log.info("%s: largest change of a predicted time %.2f %%", result, 100 * change)
+    if check and change > 1e-6:
+        raise SystemExit(f"{result}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
+    return setting, new
+
+
+def recordings(raw_dir: Path) -> list[Path]:
+    """The evaluations (raw/<model>.json beside its .setting.json) of one results folder."""
+    return [r for r in sorted(raw_dir.glob("*.json"))
+            if not r.name.endswith(".setting.json") and r.with_suffix(".setting.json").exists()]
+
+
+def repeated_truth(evaluation: dict[str, Any]) -> bool:
+    """Whether every configuration of an evaluation was trained more than once."""
+    return all(len(c.get("repeats", [])) > 1 for c in evaluation["configurations"])
+
+
+def rescore_repeated(root: Path, out: Path, without: str | None = None) -> dict[str, Any]:
+    """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
+    (rows labelled <folder>/<model>): the headline accuracy over all of them."""
+    from accuracy import plot_accuracy, tables
+    from common import REFERENCE_EXACT_RATE
+
+    runs = []
+    for result in (r for folder in sorted(root.iterdir()) if (folder / "raw").is_dir() for r in recordings(folder / "raw")):
+        replanned = replan_file(result, without)
+        if replanned is not None and repeated_truth(replanned[1]):
+            runs.append((f"{result.parents[1].name}/{result.stem}", *replanned))
+    if not runs:
+        raise SystemExit(f"no repeated-truth evaluation with a whole profile under {root}")
+    frames = tables(runs, REFERENCE_EXACT_RATE)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("choices", "summary"):
+        frames[name].to_csv(out / f"{name}.csv", index=False)
+    plot_accuracy(frames["summary"], REFERENCE_EXACT_RATE, out / "accuracy.png")
+    return frames
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--from", dest="source", type=Path, default=RESULTS / "choice_accuracy" / "full")
     parser.add_argument("--to", type=Path, help="default: <from>/replanned[-without-<ablation>]")
+    parser.add_argument("--all-repeated", action="store_true",
+                        help="every repeated-truth run under results/choice_accuracy in one table "
+                             "(default --to: results/choice_accuracy/replanned-repeated[-without-<ablation>])")
     ablation = parser.add_mutually_exclusive_group()
     ablation.add_argument("--without-startup", dest="without", action="store_const", const="startup",
                           help="plan without the measured start-up (ablation)")
@@ -94,24 +146,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    suffix = f"-without-{args.without}" if args.without else ""
+    if args.all_repeated:
+        root = RESULTS / "choice_accuracy"
+        out = (args.to or root / f"replanned-repeated{suffix}").resolve()
+        frames = rescore_repeated(root, out, args.without)
+        log.info("summary:\n%s", frames["summary"].to_string(index=False))
+        log.info("results in %s", out)
+        return 0
     from choice_accuracy import FULL, REDUCED, render
 
     settings = {s.model: s for s in FULL + REDUCED}
-    out = (args.to or args.source / (f"replanned-without-{args.without}" if args.without else "replanned")).resolve()
+    out = (args.to or args.source / f"replanned{suffix}").resolve()
     done = []
-    for result in sorted((args.source / "raw").glob("*.json")):
-        if result.name.endswith(".setting.json") or not result.with_suffix(".setting.json").exists():
+    for result in recordings(args.source / "raw"):
+        replanned = replan_file(result, args.without, args.check)
+        if replanned is None:
             continue
-        evaluation = read_json(result)
-        if "format_version" not in evaluation.get("profile", {}):
-            log.warning("skipping %s: recorded before evaluate kept the whole profile", result.name)
-            continue
-        setting = read_json(result.with_suffix(".setting.json"))
-        new = replan(evaluation, int(setting["total_steps"]), without=args.without)
-        change = largest_prediction_change(evaluation, new)
-        log.info("%s: largest change of a predicted time %.2f %%", result.stem, 100 * change)
-        if args.check and change > 1e-6:
-            raise SystemExit(f"{result.name}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
+        setting, new = replanned
         write_json(out / "raw" / result.name, new)
         write_json(out / "raw" / result.with_suffix(".setting.json").name, setting)
         done.append(settings[result.stem])

@@ -45,3 +45,20 @@ def test_repeated_truth_is_scored_for_separation(recorded) -> None:
     objectives = replan.replan(recorded, 2000)["objectives"]
     assert {name: score["separated"] for name, score in objectives.items()} == \
         {"time": True, "power": True, "energy": True, "edp": True}
+
+
+def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> None:
+    import shutil
+
+    results = EXPERIMENTS / "results" / "choice_accuracy"
+    for folder, model in (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")):   # twice-trained, once-trained
+        raw = tmp_path / "root" / folder / "raw"
+        raw.mkdir(parents=True)
+        for name in (f"{model}.json", f"{model}.setting.json"):
+            shutil.copy(results / folder / "raw" / name, raw / name)
+    frames = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
+    assert set(frames["choices"]["model"]) == {"full-x4-r2-5dev/small_cnn"}   # the once-trained truth is left out
+    summary = frames["summary"].set_index("scope")
+    assert summary.loc["all", "cases"] == 4 and summary.loc["all", "separated_cases"] == 4
+    assert summary.loc["all", "exact"] == pytest.approx(1.0)
+    assert (tmp_path / "out" / "summary.csv").exists() and (tmp_path / "out" / "accuracy.png").exists()
