@@ -14,7 +14,7 @@ fitted: a configuration's rate is the sum of its members' solo rates, its power 
     .venv/bin/python experiments/replan.py --all-repeated [--without-sets]   # the headline over every repeated truth
 
 DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
-<from>/replanned[-without-startup[-power]]/raw/ and are rendered there like choice_accuracy.py renders its
+<from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
 own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
 an evaluation whose predictions cannot be reproduced says so: see --check).
 """
@@ -107,7 +107,7 @@ def repeated_truth(evaluation: dict[str, Any]) -> bool:
     return all(len(c.get("repeats", [])) > 1 for c in evaluation["configurations"])
 
 
-def rescore_repeated(root: Path, out: Path, without: str | None = None) -> dict[str, Any]:
+def rescore_repeated(root: Path, out: Path, without: str | None = None, check: bool = False) -> dict[str, Any]:
     """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
     (rows labelled <folder>/<model>): the headline accuracy over all of them."""
     from accuracy import plot_accuracy, tables
@@ -115,7 +115,7 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None) -> dict[
 
     runs = []
     for result in (r for folder in sorted(root.iterdir()) if (folder / "raw").is_dir() for r in recordings(folder / "raw")):
-        replanned = replan_file(result, without)
+        replanned = replan_file(result, without, check)
         if replanned is not None and repeated_truth(replanned[1]):
             runs.append((f"{result.parents[1].name}/{result.stem}", *replanned))
     if not runs:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.all_repeated:
         root = RESULTS / "choice_accuracy"
         out = (args.to or root / f"replanned-repeated{suffix}").resolve()
-        frames = rescore_repeated(root, out, args.without)
+        frames = rescore_repeated(root, out, args.without, args.check)
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
         log.info("results in %s", out)
         return 0
