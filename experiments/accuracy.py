@@ -91,9 +91,8 @@ def _clear(part: pd.DataFrame) -> dict[str, Any]:
 def _separated(part: pd.DataFrame) -> dict[str, Any]:
     """Cases whose repeated truth separated the best from every other configuration, and the exact
     rate over them (None without a repeated truth)."""
-    known = part["separated"].dropna()
-    separated = part.loc[known[known.astype(bool)].index]
-    return {"separated_cases": int(len(separated)) if len(known) else None,
+    separated = part[part["separated"].eq(True)]   # None (not recorded) is never True
+    return {"separated_cases": int(len(separated)) if part["separated"].notna().any() else None,
             "exact_when_separated": _rate(separated["exact"])}
 
 

@@ -80,12 +80,16 @@ def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float
                for c in new["configurations"])
 
 
-def replan_file(result: Path, without: str | None = None, check: bool = False) -> tuple[dict, dict] | None:
+def replan_file(result: Path, without: str | None = None, check: bool = False,
+                repeated_only: bool = False) -> tuple[dict, dict] | None:
     """(setting, re-planned evaluation) of one recorded raw/<model>.json; None when the recording
-    predates evaluate keeping the whole profile. check: fail unless the predictions reproduce."""
+    predates evaluate keeping the whole profile, or with repeated_only when its truth was trained
+    once (skipped before planning). check: fail unless the predictions reproduce."""
     evaluation = read_json(result)
     if "format_version" not in evaluation.get("profile", {}):
         log.warning("skipping %s: recorded before evaluate kept the whole profile", result)
+        return None
+    if repeated_only and not repeated_truth(evaluation):
         return None
     setting = read_json(result.with_suffix(".setting.json"))
     new = replan(evaluation, int(setting["total_steps"]), without=without)
@@ -115,8 +119,8 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
 
     runs = []
     for result in (r for folder in sorted(root.iterdir()) if (folder / "raw").is_dir() for r in recordings(folder / "raw")):
-        replanned = replan_file(result, without, check)
-        if replanned is not None and repeated_truth(replanned[1]):
+        replanned = replan_file(result, without, check, repeated_only=True)
+        if replanned is not None:
             runs.append((f"{result.parents[1].name}/{result.stem}", *replanned))
     if not runs:
         raise SystemExit(f"no repeated-truth evaluation with a whole profile under {root}")
