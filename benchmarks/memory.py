@@ -6,11 +6,12 @@ Prints, with predicted against measured peaks for every run:
 3. Deepest ResNet (CIFAR-style basic blocks, depth 6n+2) under a fixed budget, ours vs plain.
 
 Measurement: `tf.config.experimental.get_memory_info('CPU:0')['peak']` (TensorFlow's CPU allocator
-statistics, available on this TF 2.20 build) after `reset_memory_stats`, one fresh subprocess per
-configuration so nothing else lives in the allocator; the peak is absolute (weights, optimizer
-slots and the batch included), which is what the plan predicts. Step times: the fastest of a few
-steps after a warm-up step (which traces and creates the optimizer slots), as wall clock and as
-process CPU time — the sturdier figure when other work shares the cores.
+statistics, available on this TF 2.20 build with oneDNN on, which the benchmark sets) after
+`reset_memory_stats`, one fresh subprocess per configuration so nothing else lives in the
+allocator; the peak is absolute (weights, optimizer slots and the batch included), which is what
+the plan predicts. Step times: the fastest of a few steps after a warm-up step (which traces and
+creates the optimizer slots), as wall clock and as process CPU time — the sturdier figure when
+other work shares the cores.
 
 Usage: .venv/bin/python benchmarks/memory.py [1] [2] [3]   (parts; all: about 10 minutes on 2 shared cores)
 """
@@ -121,7 +122,10 @@ RUNS: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
 
 
 def run(label: str, spec: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    # oneDNN on: TF's CPU allocator statistics exist only with it (TF enables it by default only
+    # on CPUs with AVX-512 VNNI/BF16 or AMX; see tests/conftest.py)
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
+           "TF_ENABLE_ONEDNN_OPTS": "1"}
     proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], capture_output=True,
                           text=True, env=env, timeout=600)
     if proc.returncode != 0:
