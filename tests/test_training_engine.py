@@ -103,6 +103,34 @@ def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
     _check_consistent(result, ["a", "b"])
 
 
+def test_the_start_barrier_gives_every_worker_one_first_step_before_the_rest(make_cluster):
+    """ClusterCoordinator's threads each take one of the barrier's closures; worker b, stopped
+    (SIGSTOP) for 1.5 s as the run begins, holds the round, and a waits instead of training."""
+    import os
+    import signal
+    import threading
+
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, servers = make_cluster(["a", "b"])
+    paused = threading.Event()
+
+    def pause_b(done, to_do, elapsed_s):
+        if not paused.is_set():
+            paused.set()
+            os.kill(servers["b"].pid, signal.SIGSTOP)
+            threading.Timer(1.5, os.kill, (servers["b"].pid, signal.SIGCONT)).start()
+
+    result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=40, start_barrier=True), addresses,
+                               timeout_s=300, on_progress=pause_b)
+    assert paused.is_set() and result.steps_applied == 40
+    _check_consistent(result, ["a", "b"])
+    first_end = {w: min(end for _, end, worker in result.step_times if worker == w) for w in ("a", "b")}
+    # each worker's first step ends before any worker starts a second one
+    later_starts = [start for start, end, w in result.step_times if end > first_end[w]]
+    assert max(first_end.values()) <= min(later_starts)
+
+
 _GATE_SCRIPT = textwrap.dedent("""
     import json, sys
     from hetcluster.training.engine import _Trainer, connect

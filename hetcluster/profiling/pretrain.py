@@ -10,8 +10,9 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    of a second) — then the calibration sets of ``sets.py``, each run until every member trains
    steadily in a common window of ``min_window_s``, or longer (up to ``max_window_s``) where
    the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
-   rates and first steps; the engine extends a run that falls short). A set is measured over that
-   window only: a member still setting up loads the shared host without adding steps. No solo
+   rates; the engine extends a run that falls short). A set's first round is one step per member,
+   joined before the rest (the engine's start barrier), so a member's slow first step does not
+   let the fast ones spend the set's steps; a set is measured over its steady window only. No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
@@ -98,10 +99,11 @@ class PretrainSettings:
         return max(self.step_cap, (self.max_phase_steps - used_steps) // max(sets_left, 1))
 
     def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
-        """Steps for a calibration set, from its members' solo DeviceProfiles: long enough that
-        every member passes its share of the warm-up and takes two more steps after its first
-        step is back, and that the window spans ``window_s`` (default min_window_s; solo rates, so
-        an over-estimate under contention; the engine extends a run that still falls short)."""
+        """Steps for a calibration set, from its members' solo DeviceProfiles: one first step each
+        (the engine's start barrier: every member sets up while the others wait), then long enough
+        that every member passes the rest of its share of the warm-up and takes two more steps,
+        and that the window spans ``window_s`` (default min_window_s; at solo rates, so under
+        contention the steps take longer; the engine extends a run that still falls short)."""
         steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
         return int(min(max(steps, self.steps_per_run), cap or self.step_cap))
 
@@ -123,10 +125,13 @@ class PretrainSettings:
         return low
 
     def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
-        share = math.ceil(self.warmup_steps / max(len(members), 1)) + 2
-        span_s = max((d.first_step_s + share / d.steps_per_s for d in members if d.steps_per_s > 0), default=0.0)
-        span_s = max(span_s, window_s + max((d.first_step_s for d in members), default=0.0))
-        return math.ceil(sum(d.steps_per_s * max(span_s - d.first_step_s, 0.0) for d in members) + self.warmup_steps)
+        # after the barrier's first step each member skips the rest of its warm-up share; the
+        # window opens when the slowest has, and each takes two steps in it
+        skip = math.ceil(self.warmup_steps / max(len(members), 1))
+        rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
+        opens_s = max(((skip - 1) / r for r in rates), default=0.0) if skip > 0 else 0.0
+        span_s = max(max(((max(skip, 1) + 1) / r for r in rates), default=0.0), opens_s + window_s)
+        return len(members) + math.ceil(sum(r * span_s for r in rates))
 
 
 class _Phase:
@@ -192,7 +197,8 @@ class _Phase:
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          learning_rate=settings.learning_rate,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
-                         max_steps=self.steps_total + max(steps, cap or settings.step_cap))
+                         max_steps=self.steps_total + max(steps, cap or settings.step_cap),
+                         start_barrier=len(names) > 1)
         entries = [self.inventory.device(n) for n in names]
         self.on_event("run_start", {"devices": list(names), "steps": steps})
         try:

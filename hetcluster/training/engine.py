@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from hetcluster.errors import TrainingError
 from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
+from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable
 from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps, steps_past_warmup_share
 
@@ -71,12 +71,6 @@ class _Stamp:
     worker_index: int
 
 
-def _prepare_environment() -> None:
-    """Settings TF reads at import time: legacy Keras and gRPC errors surfacing to the caller."""
-    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-
 def connect(cluster: ClusterAddresses) -> tuple["tf.distribute.Strategy", Any]:
     """ParameterServerStrategy + ClusterCoordinator over ``cluster`` (this process = chief)."""
     unreachable = [name for name, addr in cluster.workers.items() if not address_reachable(addr)]
@@ -84,7 +78,7 @@ def connect(cluster: ClusterAddresses) -> tuple["tf.distribute.Strategy", Any]:
     if unreachable:
         raise TrainingError(f"TF servers not reachable before training: {', '.join(unreachable)}.",
                             hint="start their servers (agents) or leave those devices out.")
-    _prepare_environment()
+    prepare_tf_env()
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -281,6 +275,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     does that for you. ``stop_event`` is honoured between rounds (``round_steps``, by default
     max(200, 50 per worker), or ``checkpoint_every_steps`` if smaller); a stopped run saves a
     checkpoint and returns what it did with ``stopped=True``.
+    With ``spec.start_barrier`` the first round is one closure per worker (see TrainSpec).
     When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
     (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
     """
@@ -320,6 +315,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     # the update gate: the job's total, or the cap of a measurement run that may be extended
     # (one traced step for the whole run: a new gate would mean a new trace on every worker)
     gate = max(spec.max_steps, target) if spec.min_window_s > 0 else target
+    # the start barrier: a first round of one closure per worker (each idle worker takes one)
+    barrier = len(cluster.workers) if spec.start_barrier and len(cluster.workers) > 1 else 0
     try:
         while not (stop_event is not None and stop_event.is_set()):
             if current >= target:
@@ -327,8 +324,12 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                 if extra <= 0:
                     break
                 target, to_do = current + extra, to_do + extra
-            count = min(per_round, target - current)
-            stamps += trainer.run_round(count, gate, on_poll)
+            count = min(barrier or per_round, target - current)
+            round_stamps = trainer.run_round(count, gate, on_poll)
+            if barrier:
+                _check_barrier(cluster, round_stamps)
+                barrier = 0
+            stamps += round_stamps
             scheduled += count
             current = trainer.iterations()
             if spec.checkpoint_every_steps and current < target:
@@ -347,6 +348,17 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                      checkpoint_path, scheduled)
     result.stopped = current < target
     return result
+
+
+def _check_barrier(cluster: ClusterAddresses, stamps: list[_Stamp]) -> None:
+    """Warn when the start barrier's round did not give every worker its first step (a fast worker
+    that finished before another took its closure takes a second one): the run then goes on as
+    without the barrier, and the missing worker sets up while the others train."""
+    names = cluster.worker_names
+    missing = sorted(set(names) - {names[s.worker_index] for s in stamps})
+    if missing:
+        log.warning("start barrier: %s took no step in the first round; it sets up while the others train",
+                    ", ".join(missing))
 
 
 def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_workers: int = 1) -> int:

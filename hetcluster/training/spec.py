@@ -68,6 +68,11 @@ class TrainSpec:
     applying steps until the window after the warm-up (first kept completion to the last one)
     spans at least this many seconds, but never beyond ``max_steps`` in all. A fast device then
     gets as long a window as a slow one instead of a few hundredths of a second.
+
+    ``start_barrier`` (calibration sets): the run's first round is one closure per worker, joined
+    before any other is scheduled, so every worker's slow first step (graph set-up) happens while
+    the others wait instead of while fast workers spend the run's steps — a measurement run's
+    steps are capped, and a 16 s first step on a board let the server take a set's whole share.
     """
 
     model: ModelSpec
@@ -82,6 +87,7 @@ class TrainSpec:
     memory_device_kind: str = "cpu"
     min_window_s: float = 0.0
     max_steps: int = 0
+    start_barrier: bool = False
 
     def __post_init__(self) -> None:
         if self.total_steps < 0:
