@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hetcluster.emulation.catalog import DeviceProfile, load_catalog  # noqa: E402
 from hetcluster.emulation.slowdown import DeviceSlowdown  # noqa: E402
+from hetcluster.tfenv import tf_env  # noqa: E402
 
 WORKER = r"""
 import json, os, sys, time
@@ -80,7 +81,7 @@ print(json.dumps({"step_time_s": wall / steps, "cpu_fraction": (time.process_tim
 def measure_step_time(name: str, share: float, steps: int, warmup: int, kind: str) -> dict:
     """Mean step time of the worker once it runs under `share`."""
     threads = max(1, math.ceil(share))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="")
+    env = tf_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     worker = subprocess.Popen([sys.executable, "-c", WORKER, str(threads), str(steps), str(warmup)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -19,7 +19,6 @@ Usage: .venv/bin/python benchmarks/memory.py [1] [2] [3]   (parts; all: about 10
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MIB = 2**20
+
+from hetcluster.tfenv import prepare_tf_env, tf_env  # noqa: E402
 
 
 # ---- one measurement (child process) ----------------------------------------------------------
@@ -122,10 +123,8 @@ RUNS: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
 
 
 def run(label: str, spec: dict[str, Any]) -> dict[str, Any]:
-    # oneDNN on: TF's CPU allocator statistics exist only with it (TF enables it by default only
-    # on CPUs with AVX-512 VNNI/BF16 or AMX; see tests/conftest.py)
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
-           "TF_ENABLE_ONEDNN_OPTS": "1"}
+    # the product's TF settings, oneDNN included: TF's CPU allocator statistics exist only with it
+    env = tf_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], capture_output=True,
                           text=True, env=env, timeout=600)
     if proc.returncode != 0:
@@ -277,7 +276,7 @@ def part_four(started: float) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--measure":
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        prepare_tf_env()
         print(json.dumps(measure(json.loads(sys.argv[2]))))
     else:
         chosen = {int(a) for a in sys.argv[1:] if a.isdigit()} or {1, 2, 3}

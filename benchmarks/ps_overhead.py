@@ -34,7 +34,9 @@ WARMUP_STEPS = 20
 def bare_steps_per_s(cluster_spec: dict, steps: int) -> float:
     """The bare loop of training_engine_overhead.py in a fresh process (one PS cluster per process)."""
     script = Path(__file__).with_name("training_engine_overhead.py")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", GRPC_FAIL_FAST="use_caller")
+    from hetcluster.tfenv import tf_env
+
+    env = tf_env()
     out = subprocess.run([sys.executable, str(script), "--steps", str(steps), "--bare", json.dumps(cluster_spec)],
                          capture_output=True, text=True, env=env, check=True, timeout=900)
     return float(next(line for line in out.stdout.splitlines() if line.startswith("BARE")).split()[1])

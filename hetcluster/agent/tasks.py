@@ -24,11 +24,11 @@ import psutil
 
 from hetcluster.agent.messages import TaskInfo
 from hetcluster.errors import TaskError
+from hetcluster.tfenv import tf_env
 
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 20
-TASK_ENV = {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
 
 
 class TaskNotFound(TaskError):
@@ -76,7 +76,7 @@ class TaskSupervisor:
                 "--job", job_name, "--index", str(task_index), "--protocol", protocol,
                 "--parent-pid", str(os.getpid()), "--threads", str(self._tf_threads),
             ]
-            env = {**os.environ, **TASK_ENV}
+            env = tf_env(TF_CPP_MIN_LOG_LEVEL="2")   # the server's warnings and errors go to its log
             try:
                 with open(log_path, "wb") as log_file:
                     process = subprocess.Popen(

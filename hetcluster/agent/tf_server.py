@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from hetcluster.tfenv import prepare_tf_env
+
 
 def _watch_parent(parent_pid: int) -> None:
     while True:
@@ -34,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
-    for key, value in (("GRPC_FAIL_FAST", "use_caller"), ("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
-        os.environ.setdefault(key, value)
+    prepare_tf_env()
     if args.threads > 0:
         # Read by TF's runtime when it sizes the intra-op pool of the functions the coordinator
         # sends (a ConfigProto on the server would not reach them). Inter-op stays at its default:

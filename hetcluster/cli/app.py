@@ -14,6 +14,7 @@ import sys
 import typer
 
 from hetcluster.errors import HetclusterError
+from hetcluster.tfenv import prepare_tf_env
 
 app = typer.Typer(
     name="hetcluster",
@@ -51,11 +52,10 @@ _register()
 
 
 def main() -> None:
-    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     # TF's C++ runtime logs "failed call to cuInit" at ERROR level on every machine without a GPU;
     # a user's terminal gets our one-line errors instead (run with TF_CPP_MIN_LOG_LEVEL=0 to see TF's).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    prepare_tf_env()
     try:
         app()  # standalone mode: typer reports usage errors itself and exits 2
     except HetclusterError as error:

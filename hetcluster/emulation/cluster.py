@@ -12,7 +12,6 @@ exactly the recorded processes and removes exactly the recorded cgroups and name
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import signal
@@ -32,6 +31,7 @@ from hetcluster.emulation.slowdown import wrapper_command
 from hetcluster.emulation.state import ClusterState, DeviceState, ProcessRecord, default_state_dir, load_state
 from hetcluster.errors import EmulationError
 from hetcluster.inventory import DeviceEntry, Inventory, write_inventory
+from hetcluster.tfenv import tf_env
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ def agent_command(config_path: str) -> list[str]:
 def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
     """Start the agent already inside its cgroups (and namespace): the wrapper joins, then execs."""
     command = wrapper_command(agent_command(device.config_path), group, prefix)
-    env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+    env = tf_env(TF_CPP_MIN_LOG_LEVEL="2")   # the agent's TF warnings and errors go to its log
     try:
         with open(device.log_path, "ab") as log_file:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,

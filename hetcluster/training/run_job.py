@@ -31,6 +31,7 @@ from typing import Callable
 
 from hetcluster.errors import HetclusterError, TrainingError
 from hetcluster.fileio import write_json_atomic
+from hetcluster.tfenv import prepare_tf_env, tf_env
 from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-steps", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("HETCLUSTER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
-    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    prepare_tf_env()
     # the parent sends SIGUSR1 before killing a run that overran: every thread's stack goes to the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
@@ -107,8 +107,7 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         log_path = log_path or tmpdir / "run.log"
         cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
                str(result_path), "--progress", str(progress_path), "--round-steps", str(round_steps)]
-        env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_USE_LEGACY_KERAS="1")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env = tf_env()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
             child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetcluster.errors import TaskError
+from hetcluster.tfenv import tf_env
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,7 @@ def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
     """
     tmpdir = tempfile.TemporaryDirectory(prefix=f"hetcluster-{job}{index}-")
     log_path = Path(tmpdir.name) / "server.log"
-    env = dict(os.environ, GRPC_FAIL_FAST="use_caller", TF_USE_LEGACY_KERAS="1",
-               TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    env = tf_env()
     cmd = [sys.executable, "-m", "hetcluster.agent.tf_server", "--cluster-spec", json.dumps(cluster_spec),
            "--job", job, "--index", str(index), "--parent-pid", str(os.getpid())]
     with open(log_path, "wb") as log_file:
