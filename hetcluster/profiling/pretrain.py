@@ -127,10 +127,10 @@ class PretrainSettings:
     def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
         # after the barrier's first step each member skips the rest of its warm-up share; the
         # window opens when the slowest has, and each takes two steps in it
-        skip = math.ceil(self.warmup_steps / max(len(members), 1))
+        after = max(math.ceil(self.warmup_steps / max(len(members), 1)) - 1, 0)
         rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
-        opens_s = max(((skip - 1) / r for r in rates), default=0.0) if skip > 0 else 0.0
-        span_s = max(max(((max(skip, 1) + 1) / r for r in rates), default=0.0), opens_s + window_s)
+        opens_s = max((after / r for r in rates), default=0.0)
+        span_s = max(max(((after + 2) / r for r in rates), default=0.0), opens_s + window_s)
         return len(members) + math.ceil(sum(r * span_s for r in rates))
 
 
