@@ -78,7 +78,7 @@ def test_the_start_barrier_makes_fast_workers_wait_for_a_slow_first_step(monkeyp
     trainer, result = _run(monkeypatch, TrainSpec(model=MODEL, total_steps=60, start_barrier=True))
     assert trainer.rounds == [2, 40, 18]   # one closure per worker, joined, then the usual rounds
     assert result.steps_applied == 60
-    # the server took its one first step while the board set up, not 95 of the run's steps
+    # the server took its one first step while the board set up (39 steps without the barrier)
     assert _server_steps_before_board_started(result) == 1
     assert result.steps_per_worker["board"] >= 2
 
