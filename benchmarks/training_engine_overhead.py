@@ -81,13 +81,13 @@ def main() -> None:
 
     from hetcluster.models.spec import ModelSpec
     from hetcluster.training.run_job import run_in_subprocess
-    from hetcluster.training.servers import free_address, start_local_server
+    from hetcluster.training.servers import free_address, start_local_servers
     from hetcluster.training.spec import ClusterAddresses, TrainSpec
 
     cluster = ClusterAddresses(workers={"w0": free_address(), "w1": free_address()}, ps=[free_address()],
                                chief=free_address())
     spec_dict = cluster.cluster_spec_dict()
-    servers = [start_local_server(spec_dict, "ps", 0)] + [start_local_server(spec_dict, "worker", i) for i in range(2)]
+    servers = start_local_servers(spec_dict, [("ps", 0), ("worker", 0), ("worker", 1)])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     ratios = []
     try:

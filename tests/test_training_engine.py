@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from hetcluster.models import ModelSpec
-from hetcluster.training.servers import free_address, start_local_server
+from hetcluster.training.servers import free_address, start_local_servers
 from hetcluster.training.spec import ClusterAddresses, TrainSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
@@ -31,8 +31,9 @@ def make_cluster():
         addresses = ClusterAddresses(workers={n: free_address() for n in names}, ps=[free_address()],
                                      chief=free_address())
         spec = addresses.cluster_spec_dict()
-        servers = {"ps": start_local_server(spec, "ps", 0)}
-        servers.update({n: start_local_server(spec, "worker", i) for i, n in enumerate(names)})
+        # side by side: each imports TensorFlow for seconds
+        tasks = [("ps", 0)] + [("worker", i) for i in range(len(names))]
+        servers = dict(zip(["ps", *names], start_local_servers(spec, tasks)))
         started.extend(servers.values())
         return addresses, servers
 

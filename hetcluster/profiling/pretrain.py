@@ -203,9 +203,9 @@ class _Phase:
         self.on_event("run_start", {"devices": list(names), "steps": steps})
         try:
             with launch_cluster(entries, self.inventory.parameter_server_host,
-                                ready_timeout_s=settings.ready_timeout_s) as launched:
-                result = run_in_subprocess(
-                    spec, launched.addresses, timeout_s=settings.run_timeout_s,
+                                ready_timeout_s=settings.ready_timeout_s, wait=False) as launched:
+                result = run_in_subprocess(  # it imports TF while the servers start
+                    spec, launched.addresses, timeout_s=settings.run_timeout_s, ready=launched.wait_ready,
                     on_progress=lambda done, to_do, el: self.on_event(
                         "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
         except HetclusterError:

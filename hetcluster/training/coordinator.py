@@ -152,15 +152,22 @@ def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
     entries = [inventory.device(name) for name in chosen]
     with PowerMeter(inventory, metered_devices(inventory, chosen), rate_hz=power_rate_hz) as meter:
         t_launch = time.monotonic()
-        run_start_wall_s = time.time()
+        launch_s, run_start_wall_s = 0.0, time.time()
         try:
-            with launch_cluster(entries, inventory.parameter_server_host, ready_timeout_s=ready_timeout_s) as launched:
-                launch_s = time.monotonic() - t_launch
+            # the training process starts beside the servers and connects once they are ready
+            with launch_cluster(entries, inventory.parameter_server_host, ready_timeout_s=ready_timeout_s,
+                                wait=False) as launched:
                 if on_launched is not None:
                     on_launched(launched)
-                run_start_wall_s = time.time()
+
+                def ready() -> None:
+                    nonlocal launch_s, run_start_wall_s
+                    launched.wait_ready()
+                    launch_s, run_start_wall_s = time.monotonic() - t_launch, time.time()
+
                 result = train_on(launched, chosen, spec, meter, on_progress=on_progress, stop_event=stop_event,
-                                  round_steps=round_steps, run_timeout_s=run_timeout_s, log_path=log_path)
+                                  round_steps=round_steps, run_timeout_s=run_timeout_s, log_path=log_path,
+                                  ready=ready)
         except KeyboardInterrupt as interrupt:
             now = time.time()
             raise SegmentInterrupted(now - run_start_wall_s, meter.energy_j(run_start_wall_s, now)) from interrupt
@@ -172,9 +179,11 @@ def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
 
 def train_on(launched: Any, chosen: Sequence[str], spec: TrainSpec, meter: PowerMeter, *,
              on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None, round_steps: int = 0,
-             run_timeout_s: float | None = None, log_path: Path | None = None) -> RunResult:
-    """The training half of :func:`run_on_devices`, on servers already up (also used by the
-    PS-overhead benchmark, which compares it with a bare ParameterServerStrategy loop)."""
+             run_timeout_s: float | None = None, log_path: Path | None = None,
+             ready: Callable[[], None] | None = None) -> RunResult:
+    """The training half of :func:`run_on_devices`, on servers already up or, with ``ready``
+    (see run_job.run_in_subprocess), coming up (also used by the PS-overhead benchmark, which
+    compares it with a bare ParameterServerStrategy loop)."""
     from hetcluster.training.run_job import run_in_subprocess
 
     def progress(done: int, to_do: int, elapsed_s: float) -> None:
@@ -182,7 +191,7 @@ def train_on(launched: Any, chosen: Sequence[str], spec: TrainSpec, meter: Power
             on_progress(done, to_do, elapsed_s, meter.live_power_w(chosen))
 
     return run_in_subprocess(spec, launched.addresses, on_progress=progress, stop_event=stop_event,
-                             round_steps=round_steps, timeout_s=run_timeout_s, log_path=log_path)
+                             round_steps=round_steps, timeout_s=run_timeout_s, log_path=log_path, ready=ready)
 
 
 @dataclass

@@ -3,7 +3,10 @@
 Order matters: every address must be in the cluster spec before any server starts, so ports are
 reserved on the agents first (they hold the port until StartTask), the parameter server and chief
 ports are picked on the coordinator host, then the PS starts locally and each agent starts its
-worker. ``LaunchedCluster.stop()`` undoes all of it; it is also the context-manager exit.
+worker. The PS is not waited for before the workers start: every server imports TensorFlow first
+(seconds; tens of seconds on a slow board), so they all start side by side and the launch waits
+once (``LaunchedCluster.wait_ready``); with ``wait=False`` the caller starts the training process
+too before that wait. ``LaunchedCluster.stop()`` undoes all of it; it is also the context-manager exit.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hetcluster.errors import AgentError, TaskError
-from hetcluster.training.servers import LocalServer, address_reachable, free_port, start_parameter_servers
+from hetcluster.training.servers import (LocalServer, address_reachable, free_port, spawn_parameter_servers,
+                                         wait_until_serving)
 from hetcluster.training.spec import ClusterAddresses
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,23 @@ class LaunchedCluster:
     task_ids: dict[str, str]
     ps_servers: list[LocalServer]
     clients: dict[str, Any] = field(repr=False)
+    ready_timeout_s: float = 120.0
+    started_s: float = field(default_factory=time.monotonic)  # when the servers were asked to start
+    ready: bool = False
+
+    def wait_ready(self) -> None:
+        """Block until every worker port accepts connections and every PS serves, at most
+        ``ready_timeout_s`` after the start. Raises DeviceLaunchError naming a device whose worker
+        died, was lost or was late, or TaskError for a PS; the caller stops the cluster (the
+        context manager's exit does). Returns at once once the cluster was found ready."""
+        if self.ready:
+            return
+        deadline = self.started_s + self.ready_timeout_s
+        _wait_until_listening(self, deadline)
+        wait_until_serving(self.ps_servers, max(0.0, deadline - time.monotonic()))
+        self.ready = True
+        log.info("cluster up: workers %s, ps %s, chief %s", self.addresses.workers, self.addresses.ps,
+                 self.addresses.chief)
 
     def stop(self) -> dict[str, str]:
         """Stop every worker task and PS; return ``{device: error}`` for stops that failed."""
@@ -62,12 +83,14 @@ class LaunchedCluster:
 
 
 def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
-                   client_timeout_s: float = 10.0) -> LaunchedCluster:
+                   client_timeout_s: float = 10.0, wait: bool = True) -> LaunchedCluster:
     """Start a worker on each inventory ``DeviceEntry`` in ``devices`` and ``num_ps`` local PS.
 
     The coordinator (chief) and PS listen on ``ps_host``, which must be this machine as the
     devices see it. Raises DeviceLaunchError naming the first device that failed (everything
-    started so far is stopped again).
+    started so far is stopped again). With ``wait=False`` it returns once every server was asked
+    to start, and the caller calls ``wait_ready()`` (run_job.run_in_subprocess(ready=...) does,
+    while the training process imports TensorFlow).
     """
     clients = {d.name: d.client(timeout_s=client_timeout_s) for d in devices}
     workers: dict[str, str] = {}
@@ -81,7 +104,7 @@ def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, rea
     addresses = ClusterAddresses(workers=workers, ps=[f"{ps_host}:{free_port('')}" for _ in range(num_ps)],
                                  chief=f"{ps_host}:{free_port('')}")
     spec = addresses.cluster_spec_dict()
-    launched = LaunchedCluster(addresses, {}, start_parameter_servers(spec, ready_timeout_s), clients)
+    launched = LaunchedCluster(addresses, {}, spawn_parameter_servers(spec), clients, ready_timeout_s)
     run_tag = uuid.uuid4().hex[:8]
     try:
         for index, device in enumerate(devices):
@@ -91,19 +114,22 @@ def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, rea
                 raise DeviceLaunchError(device.name, f"Device {device.name} could not start its worker: {error}",
                                         hint="check its agent's log, or leave the device out.") from error
             launched.task_ids[device.name] = task.task_id
-        _wait_until_listening(launched, ready_timeout_s)
+        if wait:
+            launched.wait_ready()
     except BaseException:
         launched.stop()
         raise
-    log.info("cluster up: workers %s, ps %s, chief %s", workers, addresses.ps, addresses.chief)
     return launched
 
 
-def _wait_until_listening(launched: LaunchedCluster, timeout_s: float) -> None:
-    """Block until every worker port accepts connections; fail fast if a task dies."""
+def _wait_until_listening(launched: LaunchedCluster, deadline: float) -> None:
+    """Block until every worker port accepts connections (at most until the monotonic
+    ``deadline``); fail fast if a task or a PS dies."""
     pending = dict(launched.addresses.workers)
-    deadline = time.monotonic() + timeout_s
     while pending:
+        for server in launched.ps_servers:  # started beside the workers: a PS that died fails the launch now
+            if not server.alive():
+                raise server.startup_error()
         for name, address in list(pending.items()):
             if address_reachable(address, timeout_s=0.5):
                 del pending[name]
@@ -119,7 +145,7 @@ def _wait_until_listening(launched: LaunchedCluster, timeout_s: float) -> None:
         if pending and time.monotonic() > deadline:
             name = next(iter(pending))
             raise DeviceLaunchError(name, f"The worker on {name} ({pending[name]}) did not listen within "
-                                          f"{timeout_s:.0f} s.", hint="check the device's load and network.")
+                                          f"{launched.ready_timeout_s:.0f} s.", hint="check the device's load and network.")
         if pending:
             time.sleep(0.2)
 

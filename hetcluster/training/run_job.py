@@ -10,12 +10,15 @@ result file (written atomically) holds ``RunResult.to_dict()``, or ``{"error": .
 ...}`` with exit code 2. SIGINT/SIGTERM stop the run at the next round boundary and still write a
 checkpoint and the result. The progress file gets a JSON line ``{"done", "to_do", "elapsed_s"}``
 about four times a second (``done`` = applied steps so far, read from ``optimizer.iterations``),
-for live displays in the parent.
+for live displays in the parent. With ``--wait-for-go`` the process imports TensorFlow and then
+waits for the line ``go`` on standard input before it connects: the parent starts it while the
+servers start (run_in_subprocess(ready=...)), so its own import no longer adds to each run's start.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import logging
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", required=True, type=Path)
     parser.add_argument("--progress", type=Path)
     parser.add_argument("--round-steps", type=int, default=0)
+    parser.add_argument("--wait-for-go", action="store_true",
+                        help="import TensorFlow, then wait for a line 'go' on standard input before connecting "
+                             "(the parent starts this process while the servers start); anything else exits 4")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("HETCLUSTER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     prepare_tf_env()
@@ -67,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             progress_file.write(json.dumps({"done": done, "to_do": to_do, "elapsed_s": elapsed_s}) + "\n")
             progress_file.flush()
 
+    if args.wait_for_go:
+        import tensorflow  # noqa: F401  (the seconds this takes overlap the servers' own start)
+
+        from hetcluster.training import engine  # noqa: F401
+        if sys.stdin.readline().strip() != "go":
+            os._exit(4)  # the parent gave up on the launch: no run, no result
     code = 0
     try:
         job = json.loads(args.job.read_text(encoding="utf-8"))
@@ -91,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: float | None = None,
                       on_progress: Callable[[int, int, float], None] | None = None,
                       round_steps: int = 0, log_path: Path | None = None,
-                      stop_event: threading.Event | None = None, stop_grace_s: float = 120.0) -> RunResult:
+                      stop_event: threading.Event | None = None, stop_grace_s: float = 120.0,
+                      ready: Callable[[], None] | None = None) -> RunResult:
     """Run :func:`engine.run_training` in a child process and return its RunResult.
+
+    ``ready`` (a launched cluster's ``wait_ready``) is called after the child has started: the
+    child imports TensorFlow meanwhile and connects only once ``ready`` has returned. If ``ready``
+    raises, the child exits without training and the error propagates.
 
     Setting ``stop_event`` asks the child (SIGINT) to stop after its current round; it writes a
     checkpoint and the result comes back with ``stopped=True``. On KeyboardInterrupt the child is
@@ -108,9 +125,13 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
                str(result_path), "--progress", str(progress_path), "--round-steps", str(round_steps)]
         env = tf_env()
-        deadline = time.monotonic() + timeout_s if timeout_s else None
         with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
-            child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            child = subprocess.Popen(cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
+                                     stderr=subprocess.STDOUT, env=env,
+                                     stdin=subprocess.PIPE if ready else subprocess.DEVNULL)
+            if ready is not None:
+                _release_when_ready(child, ready)
+            deadline = time.monotonic() + timeout_s if timeout_s else None
             stop_sent = False
             try:
                 while child.poll() is None:
@@ -147,6 +168,22 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
     if "error" in payload:
         raise TrainingError(payload["error"])
     return RunResult.from_dict(payload)
+
+
+def _release_when_ready(child: subprocess.Popen, ready: Callable[[], None]) -> None:
+    """Call ``ready``, then tell the waiting child to connect; if ``ready`` raises (or is
+    interrupted), the child, which has not connected to anything yet, is killed and reaped
+    before the error propagates."""
+    assert child.stdin is not None
+    try:
+        ready()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    with contextlib.suppress(OSError):  # a child that already died leaves no result: the caller reports its log
+        child.stdin.write(b"go\n")
+        child.stdin.close()
 
 
 def _pump_progress(progress: "object", on_progress: Callable[[int, int, float], None] | None) -> None:

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from hetcluster.errors import TaskError
 from hetcluster.tfenv import tf_env
@@ -72,6 +73,16 @@ class LocalServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def serving(self) -> bool:
+        """Whether the server has logged that it serves and its port accepts connections."""
+        return b"serving at" in self.log_path.read_bytes() and address_reachable(self.address)
+
+    def startup_error(self) -> TaskError:
+        """The error for a server that exited or was late starting, with its log's tail."""
+        tail = self.log_path.read_text(errors="replace")[-800:]
+        return TaskError(f"TF server {self.job}:{self.index} at {self.address} did not start: {tail.strip()}",
+                         hint="check the port is free and TensorFlow imports in this environment.")
+
     def kill(self) -> None:
         """SIGKILL the server (used to simulate a lost device)."""
         if self.alive():
@@ -90,12 +101,9 @@ class LocalServer:
         self._tmpdir.cleanup()
 
 
-def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
-                       timeout_s: float = 120.0) -> LocalServer:
-    """Start task ``job:index`` as a child process and wait until it listens.
-
-    Raises TaskError (with the child's log tail) if it exits or is not ready within ``timeout_s``.
-    """
+def spawn_local_server(cluster_spec: dict[str, list[str]], job: str, index: int) -> LocalServer:
+    """Start task ``job:index`` as a child process without waiting for it (see wait_until_serving):
+    importing TensorFlow takes seconds, so callers start every server first and wait once."""
     tmpdir = tempfile.TemporaryDirectory(prefix=f"hetcluster-{job}{index}-")
     log_path = Path(tmpdir.name) / "server.log"
     env = tf_env()
@@ -104,27 +112,39 @@ def start_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
-    server = LocalServer(job, index, cluster_spec[job][index], process, log_path, tmpdir)
+    return LocalServer(job, index, cluster_spec[job][index], process, log_path, tmpdir)
+
+
+def wait_until_serving(servers: Sequence[LocalServer], timeout_s: float = 120.0) -> None:
+    """Block until every server serves. Raises TaskError (with the child's log tail) for the first
+    that exits or is not ready within ``timeout_s``, after stopping all of ``servers``."""
     deadline = time.monotonic() + timeout_s
-    while not (b"serving at" in log_path.read_bytes() and address_reachable(server.address)):
-        if process.poll() is not None or time.monotonic() > deadline:
-            tail = log_path.read_text(errors="replace")[-800:]
-            server.stop()
-            raise TaskError(f"TF server {job}:{index} at {server.address} did not start: {tail.strip()}",
-                            hint="check the port is free and TensorFlow imports in this environment.")
-        time.sleep(0.1)
-    log.info("started %s:%d at %s (pid %d)", job, index, server.address, process.pid)
-    return server
+    pending = list(servers)
+    while pending:
+        pending = [s for s in pending if not s.serving()]
+        late = time.monotonic() > deadline
+        for server in pending:
+            if not server.alive() or late:
+                error = server.startup_error()
+                for other in servers:
+                    other.stop()
+                raise error
+        if pending:
+            time.sleep(0.1)
+    for server in servers:
+        log.info("started %s:%d at %s (pid %d)", server.job, server.index, server.address, server.pid)
 
 
-def start_parameter_servers(cluster_spec: dict[str, list[str]], timeout_s: float = 120.0) -> list[LocalServer]:
-    """Start every ``ps`` task of ``cluster_spec`` on this host; stops those started if one fails."""
-    servers: list[LocalServer] = []
-    try:
-        for index in range(len(cluster_spec.get("ps", []))):
-            servers.append(start_local_server(cluster_spec, "ps", index, timeout_s))
-    except TaskError:
-        for server in servers:
-            server.stop()
-        raise
+def start_local_servers(cluster_spec: dict[str, list[str]], tasks: Sequence[tuple[str, int]],
+                        timeout_s: float = 120.0) -> list[LocalServer]:
+    """Start the ``(job, index)`` tasks of ``cluster_spec`` side by side and wait until all serve;
+    stops them all if one fails (TaskError)."""
+    servers = [spawn_local_server(cluster_spec, job, index) for job, index in tasks]
+    wait_until_serving(servers, timeout_s)
     return servers
+
+
+def spawn_parameter_servers(cluster_spec: dict[str, list[str]]) -> list[LocalServer]:
+    """Every ``ps`` task of ``cluster_spec`` on this host, started but not waited for."""
+    return [spawn_local_server(cluster_spec, "ps", index) for index in range(len(cluster_spec.get("ps", [])))]
+

@@ -1,0 +1,34 @@
+"""run_in_subprocess(ready=...): the training process starts first and imports TensorFlow while the
+launch waits for the servers; when the wait fails, that process ends without training and the
+launch's error is what the caller sees."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from hetcluster.models.spec import ModelSpec
+from hetcluster.training.launch import DeviceLaunchError
+from hetcluster.training.run_job import run_in_subprocess
+from hetcluster.training.servers import free_address
+from hetcluster.training.spec import ClusterAddresses, TrainSpec
+
+pytestmark = pytest.mark.tensorflow  # the child imports TensorFlow before it reads the go line
+
+
+def test_a_failed_wait_for_the_servers_ends_the_waiting_training_process(tmp_path):
+    spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10)
+    cluster = ClusterAddresses(workers={"a": free_address()}, ps=[free_address()], chief=free_address())
+    children = []
+
+    def ready() -> None:
+        children.extend((c, c.cmdline()) for c in psutil.Process().children()
+                        if "hetcluster.training.run_job" in c.cmdline())
+        raise DeviceLaunchError("a", "The worker on a exited (failed): port in use")
+
+    with pytest.raises(DeviceLaunchError, match="worker on a exited"):
+        run_in_subprocess(spec, cluster, ready=ready, log_path=tmp_path / "run.log")
+    # the process was already running when the wait began, and it is gone (reaped) now
+    [(child, cmdline)] = children
+    assert "--wait-for-go" in cmdline
+    assert not child.is_running()
