@@ -100,3 +100,24 @@ def test_a_measurement_run_with_the_barrier_still_fills_its_window(monkeypatch):
     assert t1 - t0 >= 3.0
     # the window's rates are the simulated steady rates (10/s and 1/s), not a set-up transient
     assert rates["server"] == pytest.approx(10.0, rel=0.15) and rates["board"] == pytest.approx(1.0, rel=0.35)
+
+
+class _OneWorkerTakesAll(_SimulatedTrainer):
+    """A barrier round in which the server finished its closure before the board took the other."""
+
+    def run_round(self, count: int, target: int, on_poll) -> list[engine._Stamp]:
+        stamps = super().run_round(count, target, on_poll)
+        return [engine._Stamp(s.loss, s.applied, s.start_s, s.end_s, 0) for s in stamps]
+
+
+def test_the_barrier_warns_when_a_worker_took_no_first_step_and_only_then(monkeypatch, caplog):
+    monkeypatch.setattr(engine, "connect", lambda cluster: (None, None))
+    monkeypatch.setattr(engine, "_Trainer", lambda *args: _OneWorkerTakesAll({0: 0.5, 1: 10.0}, {0: 0.1, 1: 1.0}))
+    with caplog.at_level("WARNING", logger=engine.__name__):
+        engine.run_training(TrainSpec(model=MODEL, total_steps=4, start_barrier=True), CLUSTER)
+    assert "start barrier: board took no step" in caplog.text
+    caplog.clear()
+    # one step left for two workers: the round cannot give both a first step, so no warning
+    trainer, result = _run(monkeypatch, TrainSpec(model=MODEL, total_steps=1, start_barrier=True))
+    assert trainer.rounds == [1] and result.steps_applied == 1
+    assert "start barrier" not in caplog.text

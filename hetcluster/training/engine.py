@@ -327,7 +327,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
             count = min(barrier or per_round, target - current)
             round_stamps = trainer.run_round(count, gate, on_poll)
             if barrier:
-                _check_barrier(cluster, round_stamps)
+                if count == barrier:  # fewer steps left than workers: nobody can expect a first step
+                    _check_barrier(cluster, round_stamps)
                 barrier = 0
             stamps += round_stamps
             scheduled += count
