@@ -43,19 +43,15 @@ class LaunchedCluster:
     clients: dict[str, Any] = field(repr=False)
     ready_timeout_s: float = 120.0
     started_s: float = field(default_factory=time.monotonic)  # when the servers were asked to start
-    ready: bool = False
 
     def wait_ready(self) -> None:
         """Block until every worker port accepts connections and every PS serves, at most
         ``ready_timeout_s`` after the start. Raises DeviceLaunchError naming a device whose worker
         died, was lost or was late, or TaskError for a PS; the caller stops the cluster (the
-        context manager's exit does). Returns at once once the cluster was found ready."""
-        if self.ready:
-            return
+        context manager's exit does)."""
         deadline = self.started_s + self.ready_timeout_s
         _wait_until_listening(self, deadline)
         wait_until_serving(self.ps_servers, max(0.0, deadline - time.monotonic()))
-        self.ready = True
         log.info("cluster up: workers %s, ps %s, chief %s", self.addresses.workers, self.addresses.ps,
                  self.addresses.chief)
 
