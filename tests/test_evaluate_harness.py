@@ -32,6 +32,13 @@ def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
         for side in ("predicted", "measured"):
             assert set(config[side]) >= {"time_s", "power_w", "energy_j", "edp_js"}
         assert config["run"]["steps_total"] == TOTAL and config["run"]["steps_applied"] == TOTAL
+        # what pre-training predicted each worker from: its first step and its steady rate
+        first, steady = config["run"]["first_step_s"], config["run"]["steady_steps_per_s"]
+        assert set(first) <= set(config["devices"]) and config["devices"][0] in first
+        assert all(0 < s < config["run"]["time_s"] for s in first.values())
+        assert set(steady) <= set(first) and all(rate > 0 for rate in steady.values())
+        if len(config["devices"]) == 1:  # alone, a worker takes every step: steady past the warm-up
+            assert set(steady) == set(config["devices"])
         # whole job: the profile's 5 s of pre-training are on both sides
         assert config["measured"]["time_s"] > 5.0 and config["measured"]["energy_j"] > 100.0
     for label in ("fast", "slow", "fast+slow"):

@@ -141,8 +141,8 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
                 with display:
                     result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
                                                    pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
-                                                   run=run_on_devices, on_progress=display.update,
-                                                   round_steps=round_steps)
+                                                   run=run_on_devices, warmup_steps=profile.warmup_steps,
+                                                   on_progress=display.update, round_steps=round_steps)
             except SegmentInterrupted:
                 console.print(f"[yellow]interrupted[/] during {label}{suffix}: servers stopped; what was measured is in {out}")
                 raise typer.Exit(130) from None

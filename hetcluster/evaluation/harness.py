@@ -35,8 +35,11 @@ def configuration_label(devices: Sequence[str]) -> str:
 
 def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetrics, spec: TrainSpec, *,
                           pretrain: dict[str, float], pretrain_checkpoint: str | None, workdir: Path,
-                          run: Callable[..., Any], **run_options: Any) -> ConfigurationResult:
-    """Copy the pre-training checkpoint (by its path), train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure."""
+                          run: Callable[..., Any], warmup_steps: int = 0, **run_options: Any) -> ConfigurationResult:
+    """Copy the pre-training checkpoint (by its path), train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure.
+
+    The run's record keeps, beside its totals, what the planner predicted it from (see
+    :func:`worker_timings`, with the pre-training's ``warmup_steps``)."""
     checkpoint_dir = copy_checkpoint(pretrain_checkpoint, workdir / "configs" / configuration_label(devices))
     spec = dataclasses.replace(spec, checkpoint_dir=str(checkpoint_dir))
     try:
@@ -51,8 +54,21 @@ def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetr
                        "steps_total": result.steps_total, "steps_per_s": result.steps_per_s,
                        "steps_per_worker": result.steps_per_worker, "lost_workers": result.lost_workers,
                        "energy_per_device_j": measured_run.energy_per_device_j,
-                       "final_loss": result.final_loss}}
+                       "final_loss": result.final_loss, **worker_timings(result, warmup_steps)}}
     return ConfigurationResult(tuple(devices), predicted, metrics, details=details)
+
+
+def worker_timings(result: Any, warmup_steps: int) -> dict[str, dict[str, float]]:
+    """Each worker's first step (``first_step_s``: from the run's start to its first completion) and
+    steady rate (``steady_steps_per_s``: past its share of ``warmup_steps``, RunResult.worker_steps_per_s),
+    the two things pre-training measures per device (DeviceProfile.first_step_s and steps_per_s),
+    so a whole-run miss can be told apart into start-up and rate. Workers without two steady
+    steps have no steady rate."""
+    first: dict[str, float] = {}
+    for _, end, worker in sorted(result.step_times, key=lambda row: row[1]):
+        first.setdefault(worker, end - result.start_wall_s)
+    steady = dataclasses.replace(result, warmup_steps=warmup_steps).worker_steps_per_s(steady_only=True)
+    return {"first_step_s": first, "steady_steps_per_s": steady}
 
 
 def merge_repeats(runs: Sequence[ConfigurationResult], pretrain: dict[str, float]) -> ConfigurationResult:

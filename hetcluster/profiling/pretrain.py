@@ -15,7 +15,14 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    let the fast ones spend the set's steps; a set is measured over its steady window only. No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
-4. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
+4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
+   (:func:`pool_solo_windows`): its solo rate is what a time choice hinges on (every set with it is
+   predicted from it), and in 10 of the 17 repeated-truth evaluations one window of a few seconds
+   read the fastest device 10–50 % off the steady rate it then trained at (both ways; that rate
+   estimated with the predicted start-up, docs/experiments.md). Two windows minutes apart, around
+   the sets, average a drift that is independent between them, and show it: ``steps_per_s_std``
+   is at least half their difference;
+5. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
 Times and power use each run's measurement window (from the end of the warm-up steps to the last
@@ -73,6 +80,7 @@ class PretrainSettings:
     idle_s: float = 3.0
     power_rate_hz: float = PRETRAIN_POWER_RATE_HZ
     max_sets: int = 3
+    recheck_fastest: bool = True   # measure the fastest device alone again after the sets (step 4)
     learning_rate: float = 0.01
     run_timeout_s: float = 600.0
     ready_timeout_s: float = 120.0
@@ -307,6 +315,60 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
         per_device_power_w=per_device_w)
 
 
+def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run") -> tuple[DeviceProfile, int] | None:
+    """Train ``name`` alone (``_Phase.measure``'s defaults) and return its DeviceProfile with the
+    steps the run applied; None, the device excluded, when the run fails or loses it."""
+    try:
+        result, t0, t1 = phase.measure([name])
+    except HetclusterError as error:
+        phase.exclude(name, f"{what} failed: {error}")
+        return None
+    if result.lost_workers:
+        phase.exclude(name, f"lost during its {what}")
+        return None
+    recorder = phase.recorders[name]
+    first_step_s, startup_s = _startup(result)
+    device = DeviceProfile(
+        name=name, steps_per_s=result.steps_per_s, steps_per_s_std=_rate_std(result),
+        busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w,
+        steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
+        power_source=(recorder.samples[-1].source if recorder.samples else ""),
+        first_step_s=first_step_s, startup_s=startup_s,
+        startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s),
+        solo_rates_steps_per_s=[result.steps_per_s])
+    return device, result.steps_applied
+
+
+def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProfile:
+    """One device's two solo measurements as one: rate, power and energy over both windows
+    together (steps over time, so the longer window weighs more); start-up figures averaged (the
+    first run may have started the job from scratch, the second restored a checkpoint as every
+    training run does). The rate's standard error is the larger of the windows' own (combined)
+    and half their difference (the standard error of a mean of two), so a host whose speed moved
+    between them widens the planner's uncertainty instead of hiding in one reading."""
+    time_s = first.time_s + second.time_s
+    steps = first.steps + second.steps
+    if time_s <= 0:
+        return first
+    rate = steps / time_s
+    within = math.hypot(first.steps_per_s_std * first.time_s, second.steps_per_s_std * second.time_s) / time_s
+    between = abs(first.steps_per_s - second.steps_per_s) / 2
+
+    def mean_of_measured(a: float, b: float) -> float:
+        measured = [x for x in (a, b) if x > 0]
+        return statistics.fmean(measured) if measured else 0.0
+
+    return DeviceProfile(
+        name=first.name, steps_per_s=rate, steps_per_s_std=max(within, between),
+        busy_power_w=(first.busy_power_w * first.time_s + second.busy_power_w * second.time_s) / time_s,
+        idle_power_w=first.idle_power_w, steps=steps, time_s=time_s, energy_j=first.energy_j + second.energy_j,
+        power_source=first.power_source or second.power_source,
+        first_step_s=mean_of_measured(first.first_step_s, second.first_step_s),
+        startup_s=mean_of_measured(first.startup_s, second.startup_s),
+        startup_power_w=mean_of_measured(first.startup_power_w, second.startup_power_w),
+        solo_rates_steps_per_s=[*first.solo_rates_steps_per_s, *second.solo_rates_steps_per_s])
+
+
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
                     on_event: EventFn | None = None) -> Profile:
@@ -328,32 +390,22 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         time.sleep(settings.idle_s)
         idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
         phase.on_event("idle", {"idle_power_w": dict(idle_w)})
+        solo_run_steps: dict[str, int] = {}
         for name in available:
-            try:
-                result, t0, t1 = phase.measure([name])
-            except HetclusterError as error:
-                phase.exclude(name, f"solo run failed: {error}")
-                continue
-            if result.lost_workers:
-                phase.exclude(name, "lost during its solo run")
-                continue
-            recorder = phase.recorders[name]
-            first_step_s, startup_s = _startup(result)
-            devices.append(DeviceProfile(
-                name=name, steps_per_s=result.steps_per_s, steps_per_s_std=_rate_std(result),
-                busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w[name],
-                steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
-                power_source=(recorder.samples[-1].source if recorder.samples else ""),
-                first_step_s=first_step_s, startup_s=startup_s,
-                startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s)))
+            measured = _solo_profile(phase, name, idle_w[name])
+            if measured is not None:
+                devices.append(measured[0])
+                solo_run_steps[name] = measured[1]
         solo = {d.name: d.steps_per_s for d in devices}
         by_name = {d.name: d for d in devices}
+        fastest = max(devices, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
+        reserved = solo_run_steps.get(fastest, 0)  # the recheck's steps, kept from the sets' budget
         sets = calibration_sets(solo, settings.max_sets)
         for index, members in enumerate(sets):
             members = tuple(phase.usable(members))
             if len(members) < 2:
                 continue
-            cap = settings.set_cap(phase.steps_total - start_steps, len(sets) - index)
+            cap = settings.set_cap(phase.steps_total - start_steps + reserved, len(sets) - index)
             solo_profiles = [by_name[n] for n in members]
             window_s = settings.set_window_s(solo_profiles, cap)
             try:
@@ -367,6 +419,10 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                     phase.exclude(name, f"lost during the run of {'+'.join(members)}")
                 continue
             runs.append(_set_run(members, result, t0, t1, phase.recorders))
+        if fastest is not None and fastest not in phase.excluded:
+            again = _solo_profile(phase, fastest, idle_w[fastest], what="second solo run")
+            if again is not None:
+                devices = [pool_solo_windows(d, again[0]) if d.name == fastest else d for d in devices]
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a
         # device waits, powered), matching pretrain_time_s, which is the phase's wall time too

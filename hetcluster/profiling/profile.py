@@ -30,6 +30,8 @@ class DeviceProfile:
     ``startup_power_w``: the device's mean power over that start-up (graph set-up draws other power
     than training: less on a fast device waiting on one Python thread, more on a board whose
     set-up saturates its cores). All three 0 in profiles written before they were recorded.
+    ``solo_rates_steps_per_s``: each solo window's own rate, in order, when the device was
+    measured alone more than once (pretrain.pool_solo_windows); the figures above pool them.
     """
 
     name: str
@@ -44,6 +46,7 @@ class DeviceProfile:
     first_step_s: float = 0.0
     startup_s: float = 0.0
     startup_power_w: float = 0.0
+    solo_rates_steps_per_s: list[float] = field(default_factory=list)
 
 
 @dataclass
