@@ -17,9 +17,9 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
    (:func:`pool_solo_windows`): its solo rate is what a time choice hinges on (every set with it is
-   predicted from it), and in 10 of the 17 repeated-truth evaluations one window of a few seconds
-   read the fastest device 10–50 % off the steady rate it then trained at (both ways; that rate
-   estimated with the predicted start-up, docs/experiments.md). Two windows minutes apart, around
+   predicted from it), and in 9 of the 17 repeated-truth evaluations recorded before this step one
+   window of a few seconds read the fastest device 10–50 % off the steady rate it then trained at
+   (both ways; `experiments/solo_rates.py`, docs/experiments.md). Two windows minutes apart, around
    the sets, average a drift that is independent between them, and show it: ``steps_per_s_std``
    is at least half their difference;
 5. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward

@@ -1,0 +1,117 @@
+"""How well did pre-training's solo windows read the rate each device then trained at?
+
+For every recorded evaluation with a repeated truth (raw/<model>.json of choice_accuracy.py), per
+device: the solo rate(s) pre-training measured (each window when it measured the device twice,
+DeviceProfile.solo_rates_steps_per_s) against the steady rate of each training of that device
+alone. Evaluations recorded since the harness keeps each worker's steady rate
+(``runs[].steady_steps_per_s``) are read directly; older ones are estimated as the run's steps
+over its time less the start-up pre-training measured (``~`` marks those). Then, for the fastest
+device, the ratio a time choice hinges on: the throughput of the fastest device with each other
+device over the fastest alone, as today's planner predicts it and as the trainings measured it.
+
+    .venv/bin/python experiments/solo_rates.py [--from DIR ...]
+
+No training: it reads the recordings and re-fits the planner on each profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, read_json  # noqa: E402
+
+ACCURACY = RESULTS / "choice_accuracy"
+
+
+def repeated_recordings(dirs: list[Path] | None = None) -> list[Path]:
+    """Every raw/<model>.json with a configuration trained more than once."""
+    found = []
+    for raw in sorted(p for d in (dirs or sorted(ACCURACY.iterdir())) for p in (d / "raw").glob("*.json")):
+        if raw.name.endswith(".setting.json"):
+            continue
+        data = read_json(raw)
+        if "profile" in data and any(len(c.get("runs") or []) > 1 for c in data["configurations"]):
+            found.append(raw)
+    return found
+
+
+def steady_rate(run: dict[str, Any], device: str, remaining_steps: int, startup_s: float) -> tuple[float, bool]:
+    """(rate, measured): the run's own steady rate of ``device`` when recorded, else an estimate."""
+    recorded = run.get("steady_steps_per_s", {}).get(device)
+    if recorded:
+        return recorded, True
+    return remaining_steps / max(run["time_s"] - startup_s, 1e-9), False
+
+
+def report(raw: Path) -> dict[str, Any]:
+    from hetcluster.planner import plan
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+    data = read_json(raw)
+    total = read_json(raw.with_name(raw.stem + ".setting.json"))["total_steps"]
+    profile = Profile.from_dict(data["profile"])
+    remaining = total - profile.pretrain_steps
+    runs = {frozenset(c["devices"]): c.get("runs") or [] for c in data["configurations"]}
+    lines, errors = [], {}
+    for device in profile.devices:
+        windows = device.solo_rates_steps_per_s or [device.steps_per_s]
+        trained = [steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])]
+        if not trained:
+            continue
+        mean = statistics.fmean(rate for rate, _ in trained)
+        errors[device.name] = device.steps_per_s / mean - 1
+        lines.append(f"  {device.name:14s} solo {' / '.join(f'{w:.2f}' for w in windows)}"
+                     f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
+                     f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
+                     f"  pre-training off by {errors[device.name]:+.0%}")
+    devices, planner_runs, job = to_planner_inputs(profile, total)
+    table = plan(devices, planner_runs, job, "edp", ()).table
+    predicted = {frozenset(row["devices"]): row["steps_per_s"] for row in table.to_dict("records")}
+    fastest = max(profile.devices, key=lambda d: d.steps_per_s)
+    alone = runs.get(frozenset([fastest.name]), [])
+    ratios = []
+    if alone:
+        alone_rate = statistics.fmean(steady_rate(r, fastest.name, remaining, fastest.startup_s)[0] for r in alone)
+        for other in profile.devices:
+            pair = frozenset([fastest.name, other.name])
+            if other is fastest or not runs.get(pair):
+                continue
+            measured = statistics.fmean(sum(r.get("steady_steps_per_s", {}).values()) or r["steps_per_s"]
+                                        for r in runs[pair]) / alone_rate
+            ratio = predicted[pair] / predicted[frozenset([fastest.name])]
+            ratios.append(ratio / measured - 1)
+            lines.append(f"  {fastest.name}+{other.name} over {fastest.name} alone: predicted {ratio:.2f}, "
+                         f"trained {measured:.2f} ({ratio / measured - 1:+.0%})")
+    return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": errors.get(fastest.name),
+            "ratio_errors": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="dirs", type=Path, nargs="*", help="result directories (default: all)")
+    args = parser.parse_args(argv)
+    reports = [report(raw) for raw in repeated_recordings(args.dirs)]
+    for r in reports:
+        print(r["name"])
+        print("\n".join(r["lines"]))
+    fastest = [r["fastest_error"] for r in reports if r["fastest_error"] is not None]
+    ratios = [e for r in reports for e in r["ratio_errors"]]
+    if fastest:
+        print(f"fastest device's solo rate against its trainings: median |error| "
+              f"{statistics.median(abs(e) for e in fastest):.0%} over {len(fastest)} recordings, "
+              f"{sum(abs(e) >= 0.10 for e in fastest)} of them off by 10 % or more")
+    if ratios:
+        print(f"pair over fastest alone, predicted against trained: median {statistics.median(ratios):+.1%}, "
+              f"{sum(e < 0 for e in ratios)} of {len(ratios)} under-predicted")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""experiments/solo_rates.py on committed recordings: one whose evaluation kept each run's steady
+rates and pooled the fastest device's two solo windows, and one from before either."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import solo_rates  # noqa: E402
+
+RESULTS = EXPERIMENTS / "results" / "choice_accuracy"
+
+
+def test_a_recording_with_steady_rates_and_two_windows_is_read_as_measured():
+    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    report = solo_rates.report(raw)
+    [server] = [line for line in report["lines"] if line.strip().startswith("server ")]
+    # both windows and the pooled figure; the trainings' own steady rates (no estimate mark)
+    assert "1.32 / 1.63 (pooled 1.46)" in server and "trained 1.82, 1.83" in server and "~" not in server
+    # the pooled 1.46 read 20 % under the trainings' mean of 1.83
+    assert report["fastest_error"] == pytest.approx(1.46 / 1.825 - 1, abs=0.01)
+    assert len(report["ratio_errors"]) == 2
+
+
+def test_an_older_recording_estimates_the_steady_rate_from_the_measured_start_up():
+    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-densenet121-str"])
+    report = solo_rates.report(raw)
+    [server] = [line for line in report["lines"] if line.strip().startswith("server ")]
+    assert "trained ~" in server and "(pooled" not in server
+    # 160 steps in 71.6 s less the 13.1 s start-up: ~2.73 steps/s against the window's 4.10
+    assert report["fastest_error"] == pytest.approx(0.50, abs=0.03)
