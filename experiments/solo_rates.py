@@ -26,20 +26,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import RESULTS, read_json  # noqa: E402
+from replan import recordings, repeated_truth  # noqa: E402
 
 ACCURACY = RESULTS / "choice_accuracy"
 
 
 def repeated_recordings(dirs: list[Path] | None = None) -> list[Path]:
-    """Every raw/<model>.json with a configuration trained more than once."""
-    found = []
-    for raw in sorted(p for d in (dirs or sorted(ACCURACY.iterdir())) for p in (d / "raw").glob("*.json")):
-        if raw.name.endswith(".setting.json"):
-            continue
-        data = read_json(raw)
-        if "profile" in data and any(len(c.get("runs") or []) > 1 for c in data["configurations"]):
-            found.append(raw)
-    return found
+    """The recordings replan.py's headline scores: repeated truth with a whole profile."""
+    folders = dirs or [d for d in sorted(ACCURACY.iterdir()) if (d / "raw").is_dir()]
+    return [raw for folder in folders for raw in recordings(folder / "raw")
+            if "profile" in (data := read_json(raw)) and repeated_truth(data)]
 
 
 def steady_rate(run: dict[str, Any], device: str, remaining_steps: int, startup_s: float) -> tuple[float, bool]:
@@ -55,7 +51,7 @@ def report(raw: Path) -> dict[str, Any]:
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
     data = read_json(raw)
-    total = read_json(raw.with_name(raw.stem + ".setting.json"))["total_steps"]
+    total = read_json(raw.with_suffix(".setting.json"))["total_steps"]
     profile = Profile.from_dict(data["profile"])
     remaining = total - profile.pretrain_steps
     runs = {frozenset(c["devices"]): c.get("runs") or [] for c in data["configurations"]}
