@@ -17,6 +17,10 @@ renders its results share these functions, and tests feed them hand-made evaluat
   every run of every other configuration (scoring.truth_separated); `exact_when_separated` is the
   exact rate where the ground truth is unambiguous (elsewhere which configuration is "best"
   changes from one training to the next, and so would the reference's single measurement);
+* with a repeated truth, `exact_vs_one_round` scores the choice against one training of every
+  configuration (averaged over the rounds) and `rounds_agree` is how often two such trainings name
+  the same best: a planner that knew every configuration's expected cost would score about
+  sqrt(rounds_agree) against one round, so the pair is the truth's own ceiling beside the planner;
 * MAPE of time and energy is over every measured configuration of the model, whole job
   (`mape`, what a user waits for) and training phase only (`mape_training_phase`);
 * the pre-training overhead is pre-training time over the whole measured job of the configuration
@@ -46,7 +50,8 @@ def choice_rows(model: str, evaluation: Mapping[str, Any]) -> list[dict[str, Any
                      "within_noise": score.get("within_noise"),
                      "near_ties": len(score["near_ties"]) if "near_ties" in score else None,
                      "best_among_near_ties": score.get("best_among_near_ties"),
-                     "separated": score.get("separated")})
+                     "separated": score.get("separated"), "exact_per_round": score.get("exact_per_round"),
+                     "rounds_agree": score.get("rounds_agree")})
     return rows
 
 
@@ -96,6 +101,14 @@ def _separated(part: pd.DataFrame) -> dict[str, Any]:
             "exact_when_separated": _rate(separated["exact"])}
 
 
+def _rounds(part: pd.DataFrame) -> dict[str, Any]:
+    """The choice against one round of the truth, and how often the rounds agree (None without a
+    repeated truth)."""
+    per_round = part["exact_per_round"].dropna()
+    return {"exact_vs_one_round": float(per_round.mean()) if len(per_round) else None,
+            "rounds_agree": _rate(part["rounds_agree"])}
+
+
 def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float) -> pd.DataFrame:
     """The headline table: per objective and overall, exact and within-5% accuracy beside the reference."""
     rows = []
@@ -104,11 +117,11 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float)
         rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
                      "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
                      "mean_regret": part["regret"].dropna().mean(), **_clear(part), **_separated(part),
-                     "best_among_near_ties": _rate(part["best_among_near_ties"])})
+                     "best_among_near_ties": _rate(part["best_among_near_ties"]), **_rounds(part)})
     rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
                  "within_5pct": _rate(choices["within_5pct"]), "within_noise": _rate(choices["within_noise"]),
                  "mean_regret": choices["regret"].dropna().mean(), **_clear(choices), **_separated(choices),
-                 "best_among_near_ties": _rate(choices["best_among_near_ties"]),
+                 "best_among_near_ties": _rate(choices["best_among_near_ties"]), **_rounds(choices),
                  "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
                  "mape_time_training": models["mape_time_training"].mean(),
                  "mape_energy_training": models["mape_energy_training"].mean(),
@@ -122,7 +135,8 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
     """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
     choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
                            columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct",
-                                    "within_noise", "near_ties", "best_among_near_ties", "separated"])
+                                    "within_noise", "near_ties", "best_among_near_ties", "separated",
+                                    "exact_per_round", "rounds_agree"])
     models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
     configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
     return {"choices": choices, "models": models, "configurations": configs,

@@ -109,3 +109,16 @@ def test_truth_separated_when_every_run_of_the_best_beats_every_run_of_the_rest(
     tied = [_repeated(("a",), 40.0, 44.0), _repeated(("b",), 44.0, 56.0)]
     assert score_objective(tied, "time", ("a",))["separated"] is False         # equal runs do not separate
     assert "separated" not in score_objective(RESULTS, "time", ("b",))          # trained once
+
+
+def test_rounds_name_their_own_best_and_the_choice_is_scored_against_each():
+    # round 1: a 40 s, b 44 s → a; round 2: a 50 s, b 46 s → b
+    results = [_repeated(("a",), 40.0, 50.0), _repeated(("b",), 44.0, 46.0), _repeated(("c",), 60.0, 62.0)]
+    score = score_objective(results, "time", ("a",))
+    assert score["rounds_agree"] is False and score["exact_per_round"] == pytest.approx(0.5)
+    assert score_objective(results, "time", ("c",))["exact_per_round"] == 0.0
+    steady = [_repeated(("a",), 40.0, 41.0), _repeated(("b",), 44.0, 46.0)]
+    agreed = score_objective(steady, "time", ("a",))
+    assert agreed["rounds_agree"] is True and agreed["exact_per_round"] == 1.0
+    once = score_objective(RESULTS, "time", ("b",))                            # trained once: no rounds
+    assert "rounds_agree" not in once and "exact_per_round" not in once

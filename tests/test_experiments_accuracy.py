@@ -209,3 +209,16 @@ def test_exact_when_separated_counts_only_cases_the_repeated_truth_separated() -
     assert summary.loc["all", "separated_cases"] == 2 and summary.loc["all", "exact_when_separated"] == pytest.approx(0.5)
     assert summary.loc["time", "separated_cases"] == 0 and pd.isna(summary.loc["time", "exact_when_separated"])
     assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "separated_cases"])  # trained once
+
+
+def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_agree() -> None:
+    ev = evaluation({"time": ["a", "b"], "power": ["b"], "energy": ["a"], "edp": ["a"]},
+                    {"time": 0.02, "power": 0.3, "energy": 0.0, "edp": 0.0}, 0.1, 0.1)
+    for name, (per_round, agree) in {"time": (0.5, False), "power": (0.0, True), "energy": (1.0, True),
+                                     "edp": (1.0, True)}.items():
+        ev["objectives"][name].update(exact_per_round=per_round, rounds_agree=agree)
+    summary = accuracy.tables([("m", {}, ev)], 0.7667)["summary"].set_index("scope")
+    assert summary.loc["all", "exact_vs_one_round"] == pytest.approx(2.5 / 4)
+    assert summary.loc["all", "rounds_agree"] == pytest.approx(0.75)
+    assert summary.loc["time", "rounds_agree"] == 0.0 and summary.loc["energy", "exact_vs_one_round"] == 1.0
+    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "rounds_agree"])  # trained once

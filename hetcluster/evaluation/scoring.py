@@ -18,7 +18,11 @@ of the best) — the ground truth itself cannot tell the two apart — and wheth
 ``separated``: every run of the best measured better than every run of every other configuration.
 Where it is not, some other configuration's runs overlap the best's and which one is "best"
 depends on the training; ``exact`` over the separated cases is the planner's accuracy where the
-ground truth is unambiguous.
+ground truth is unambiguous. With every configuration trained R ≥ 2 times, round k being each
+configuration's k-th run, ``rounds_agree`` says whether every round names the same best, and
+``exact_per_round`` is the share of rounds whose best is the choice: the planner scored against one
+training of every configuration, beside how often one such training agrees with another (the
+ceiling that the truth's own noise puts on any planner's exact rate).
 """
 
 from __future__ import annotations
@@ -84,7 +88,21 @@ def score_objective(results: Sequence[ConfigurationResult], objective: str, chos
     separated = truth_separated(measured, metric, best)
     if separated is not None:
         score["separated"] = separated
+    bests = round_bests(measured, metric)
+    if bests is not None:
+        score["rounds_agree"] = len(set(bests)) == 1
+        if mine is not None:
+            score["exact_per_round"] = sum(b == _key(chosen) for b in bests) / len(bests)
     return score
+
+
+def round_bests(measured: Sequence[ConfigurationResult], metric: str) -> list[frozenset[str]] | None:
+    """The best configuration of each round (round k: every configuration's k-th run), over the
+    rounds every configuration has; None unless every configuration was trained more than once."""
+    rounds = min((len(r.repeats) for r in measured), default=0)
+    if rounds < 2:
+        return None
+    return [_key(min(measured, key=lambda r: getattr(r.repeats[k], metric)).devices) for k in range(rounds)]
 
 
 def truth_separated(measured: Sequence[ConfigurationResult], metric: str, best: ConfigurationResult) -> bool | None:
