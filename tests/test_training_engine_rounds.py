@@ -9,6 +9,9 @@ in test_training_engine.py.
 
 from __future__ import annotations
 
+import time
+import types
+
 import pytest
 
 from hetcluster.models import ModelSpec
@@ -64,6 +67,9 @@ class _SimulatedTrainer:
 def _run(monkeypatch, spec: TrainSpec) -> tuple[_SimulatedTrainer, object]:
     # the server (worker 0) sets up in 0.5 s and steps in 0.1 s; the board takes 10 s to set up
     trainer = _SimulatedTrainer(first_s={0: 0.5, 1: 10.0}, step_s={0: 0.1, 1: 1.0})
+    # the engine's wall clock is the simulation's (round starts are compared with the step stamps)
+    monkeypatch.setattr(engine, "time", types.SimpleNamespace(time=lambda: trainer.clock_s, monotonic=time.monotonic,
+                                                              sleep=time.sleep))
     monkeypatch.setattr(engine, "connect", lambda cluster: (None, None))
     monkeypatch.setattr(engine, "_Trainer", lambda *args: trainer)
     return trainer, engine.run_training(spec, CLUSTER, round_steps=40)
@@ -100,6 +106,9 @@ def test_a_measurement_run_with_the_barrier_still_fills_its_window(monkeypatch):
     assert t1 - t0 >= 3.0
     # the window's rates are the simulated steady rates (10/s and 1/s), not a set-up transient
     assert rates["server"] == pytest.approx(10.0, rel=0.15) and rates["board"] == pytest.approx(1.0, rel=0.35)
+    assert len(trainer.rounds) > 2, "the window spans joins (rounds of 40 closures)"
+    # nor what the server waited at each join for the board's last step: its steady rate exactly
+    assert rates["server"] == pytest.approx(10.0, rel=1e-6)
 
 
 class _OneWorkerTakesAll(_SimulatedTrainer):

@@ -136,3 +136,25 @@ def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady
     # the same steps counted as one worker would have been long enough long ago
     assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=1) == 0
     assert _steps_to_fill_window(spec, fast + slow, room=5, n_workers=2) == 5     # capped
+
+
+def test_steady_rates_leave_out_what_a_worker_waited_at_the_engines_joins():
+    # rounds scheduled at 100.0 and 104.0. In the first, a (0.5 s steps) is done at 102.0 and waits
+    # for b's last step (to 104.0): a continuous run would have trained on. warm-up 2 → one step each
+    a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(4)] + \
+        [(104.0 + 0.5 * k, 104.5 + 0.5 * k, "a") for k in range(4)]                   # ends … 102.0, … 106.0
+    b = [(100.0, 101.0, "b"), (101.0, 102.5, "b"), (102.5, 104.0, "b"), (104.0, 105.5, "b"), (105.5, 107.0, "b")]
+    steps = sorted(a + b, key=lambda row: row[1])
+    joined = _result(step_times=steps, warmup_steps=2, steps_per_worker={"a": 8, "b": 5},
+                     round_starts_wall_s=[100.0, 104.0])
+    t0, t1, rates = joined.steady_rates()
+    assert (t0, t1) == (101.0, 107.0)                     # b's first kept step starts at 101.0
+    # a: steps starting 101.0, 101.5 (ending 102.0), then 4 from 104.0 → 6 steps over (102 − 101) + (106 − 104)
+    assert rates["a"] == pytest.approx(6 / 3.0)
+    # b never waited: 4 steps over 101 → 104 and 104 → 107
+    assert rates["b"] == pytest.approx(4 / 6.0)
+    # a result without recorded rounds (older ones) keeps the plain span: a's 6 steps over 101 → 106
+    plain = _result(step_times=steps, warmup_steps=2, steps_per_worker={"a": 8, "b": 5})
+    assert plain.steady_rates()[2]["a"] == pytest.approx(6 / 5.0)
+    assert RunResult.from_dict(joined.to_dict()).round_starts_wall_s == [100.0, 104.0]
+    assert RunResult.from_dict({k: v for k, v in plain.to_dict().items() if k != "round_starts_wall_s"}).round_starts_wall_s == []

@@ -290,6 +290,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     round_default = max(DEFAULT_ROUND_STEPS, DEFAULT_ROUND_STEPS_PER_WORKER * len(cluster.workers))
     per_round = min(x for x in (round_steps or round_default, spec.checkpoint_every_steps, to_do or 1) if x > 0)
     stamps: list[_Stamp] = []
+    round_starts: list[float] = []   # wall time each round was scheduled (RunResult.round_starts_wall_s)
     start_wall_s = time.time()
 
     last_alive_s = [time.monotonic(), time.monotonic()]  # last time a worker answered, last probe
@@ -325,6 +326,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                     break
                 target, to_do = current + extra, to_do + extra
             count = min(barrier or per_round, target - current)
+            round_starts.append(time.time())
             round_stamps = trainer.run_round(count, gate, on_poll)
             if barrier:
                 if count == barrier:  # fewer steps left than workers: nobody can expect a first step
@@ -347,6 +349,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     checkpoint_path = trainer.save() or checkpoint_path
     result = _result(spec, cluster, trainer, stamps, restored, current, start_wall_s, end_wall_s,
                      checkpoint_path, scheduled)
+    result.round_starts_wall_s = round_starts
     result.stopped = current < target
     return result
 

@@ -7,6 +7,7 @@ Every type converts to and from JSON-friendly dicts: a run can be executed in a 
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
@@ -144,6 +145,10 @@ class RunResult:
     ``(start_wall_s, end_wall_s, worker_name)`` triple per applied step, stamped by the worker
     itself (``tf.timestamp()`` inside the step), sorted by end time. ``stopped`` says the run was
     asked to stop (Ctrl-C, SIGTERM) and ended early at a round boundary, checkpoint written.
+    ``round_starts_wall_s`` is when each round's closures were scheduled (the engine joins every
+    round before the next: between a worker's last step of one round and its first of the next it
+    waits for the slowest worker's last step, which a continuous run would not; empty in results
+    recorded before it was kept).
     """
 
     steps_applied: int
@@ -160,6 +165,7 @@ class RunResult:
     closures_scheduled: int = 0
     warmup_steps: int = 0
     stopped: bool = False
+    round_starts_wall_s: list[float] = field(default_factory=list)
 
     @property
     def steps_unattributed(self) -> int:
@@ -195,7 +201,8 @@ class RunResult:
         """``(t0_wall_s, t1_wall_s, rate per worker)`` over the part of a multi-worker run where every
         worker trained steadily: from the latest start of a worker's first step after its share of
         the warm-up to the last completion; a worker's rate is its steps started in there over the
-        span to its own last completion. None unless every worker has two steps in there.
+        span to its own last completion, less the time it waited at round boundaries
+        (:meth:`span_without_joins_s`). None unless every worker has two steps in there.
 
         A worker still in its set-up (tracing, first step) loads a shared host without adding
         steps, so a window that holds it measures the others under a transient, not the set."""
@@ -207,8 +214,30 @@ class RunResult:
         if common is None or any(len(steps) < 2 for steps in common[1].values()):
             return None
         t0, inside = common
-        rates = {worker: len(steps) / (steps[-1][1] - t0) for worker, steps in inside.items()}
+        rates = {worker: len(steps) / self.span_without_joins_s(steps, t0) for worker, steps in inside.items()}
         return t0, max(steps[-1][1] for steps in inside.values()), rates
+
+    def span_without_joins_s(self, steps: Sequence[tuple[float, float]], t0: float) -> float:
+        """A worker's time from ``t0`` to the end of its last step, less what it spent waiting for
+        the engine's joins: per round (``round_starts_wall_s``), from the round's start (or ``t0``)
+        to the end of the worker's last step in it, summed; rounds it took no step in count nothing.
+        ``steps``: its ``(start, end)`` steps, every one starting at or after ``t0``.
+
+        The engine joins every round before scheduling the next, so a fast worker that finishes
+        its round's share waits idle until the slowest worker's last step ends — up to a whole
+        step of a board (seconds), where a continuous run would have gone on training. A
+        measurement window that spans a join would count that wait as the fast worker's time.
+        Without recorded rounds: the plain span to the last completion."""
+        last_end = max(end for _, end in steps)
+        if not self.round_starts_wall_s:
+            return last_end - t0
+        by_round: dict[int, float] = {}
+        for start, end in steps:
+            index = bisect.bisect_right(self.round_starts_wall_s, start) - 1
+            by_round[index] = max(by_round.get(index, end), end)
+        span = sum(end - max(t0, self.round_starts_wall_s[index] if index >= 0 else t0)
+                   for index, end in by_round.items())
+        return span if span > 0 else last_end - t0
 
     def _kept_steps(self) -> dict[str, list[tuple[float, float]]]:
         """Each worker's (start, end) steps after its share of the warm-up, by end time."""
