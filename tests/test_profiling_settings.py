@@ -41,19 +41,19 @@ def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():
     settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
     # the start barrier: one first step each, whatever it costs in time (the phone's 20 s no
-    # longer lets the server take 90 steps); then each passes the rest of its warm-up share (1
-    # step) and takes 2 more: the phone's 3 steps at 0.5/s take 6 s, longer than the 3 s window
-    # opening at 2 s; 6 s at 5/s and 0.5/s is 33 steps, + 2
-    assert settings.set_steps([server, phone]) == 35
+    # longer lets the server take 90 steps); then each passes the rest of its own warm-up (2
+    # steps) and takes 2 more: the phone's 4 steps at 0.5/s take 8 s, longer than the 3 s window
+    # opening at 4 s; 8 s at 5/s and 0.5/s is 44 steps, + 2
+    assert settings.set_steps([server, phone]) == 46
     capped = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=30)
     assert capped.set_steps([server, phone]) == 30
-    # two quick devices: the 3 s window opens when the slower has passed its warm-up share (0.1 s)
+    # two quick devices: the 3 s window opens when the slower has passed its warm-up (0.2 s)
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
-    assert settings.set_steps(quick) == 2 + 93             # 30 steps/s over 3.1 s
-    # each of two members needs its warm-up share and two steps: 2 × 4 (the barrier's first
+    assert settings.set_steps(quick) == 2 + 96             # 30 steps/s over 3.2 s
+    # each of two members needs its own warm-up and two steps: 2 × 5 (the barrier's first
     # step is one of them), but never fewer than steps_per_run
     assert PretrainSettings(steps_per_run=5, warmup_steps=3, min_window_s=0.0).set_steps(
-        [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 8
+        [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 10
     assert PretrainSettings(steps_per_run=20, warmup_steps=3, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 20
     # no warm-up: the barrier's step is kept, one more each makes two
@@ -69,22 +69,22 @@ def test_a_set_may_use_its_share_of_what_the_phase_budget_leaves():
     assert settings.set_cap(660, 1) == 27                  # never below the per-run cap
     assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
-    assert settings.set_steps([server, phone], cap=200) == 35 and settings.set_steps([server, phone], cap=30) == 30
+    assert settings.set_steps([server, phone], cap=200) == 46 and settings.set_steps([server, phone], cap=30) == 30
 
 
 def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
-    # two quick devices at 20/s and 10/s after the barrier: W s of window open at 0.1 s and take
-    # 2 + 30 (W + 0.1) steps
+    # two quick devices at 20/s and 10/s after the barrier: W s of window open at 0.2 s and take
+    # 2 + 30 (W + 0.2) steps
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
     settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_window_s=10.0,
                                 max_steps_per_run=27, max_phase_steps=2000)
-    assert settings.set_window_s(quick, cap=400) == 10.0                   # 305 steps fit
-    assert settings.set_window_s(quick, cap=90) == 3.0                     # 95 > 90: never under 3 s
-    window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 5 ≤ 200 → W = 6.5
-    assert window_s == pytest.approx(6.5, abs=0.05)
+    assert settings.set_window_s(quick, cap=400) == 10.0                   # 308 steps fit
+    assert settings.set_window_s(quick, cap=90) == 3.0                     # 98 > 90: never under 3 s
+    window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 8 ≤ 200 → W = 6.4
+    assert window_s == pytest.approx(6.4, abs=0.05)
     assert settings.set_steps(quick, cap=200, window_s=window_s) <= 200
     assert settings.set_steps(quick, cap=200, window_s=window_s + 0.1) == 200  # capped just above
     # no job size, no phase budget: the minimum window, as before
     no_budget = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     assert no_budget.set_window_s(quick, cap=400) == 3.0
-    assert no_budget.set_steps(quick, cap=400) == 95
+    assert no_budget.set_steps(quick, cap=400) == 98

@@ -98,23 +98,38 @@ def test_a_measurement_run_is_extended_until_its_window_is_long_enough():
 
 
 def test_steady_rates_start_when_the_last_worker_is_past_its_set_up():
-    # warm-up 2 → one step per worker skipped. a: 0.5 s steps from 100.0; b: set-up until 102.0,
-    # then 1 s steps. The common window opens at b's first kept step (102.0, its second step)
+    # warm-up 1 → each worker's first step skipped. a: 0.5 s steps from 100.0; b: set-up until
+    # 102.0, then 1 s steps. The common window opens at b's first kept step (102.0, its second step)
     a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]          # ends 100.5 … 106.0
     b = [(100.0, 102.0, "b"), (102.0, 103.0, "b"), (103.0, 104.0, "b"), (104.0, 105.0, "b")]
-    r = _result(step_times=sorted(a + b, key=lambda row: row[1]), warmup_steps=2,
+    r = _result(step_times=sorted(a + b, key=lambda row: row[1]), warmup_steps=1,
                 steps_per_worker={"a": 12, "b": 4})
     t0, t1, rates = r.steady_rates()
     assert (t0, t1) == (102.0, 106.0)
     assert rates["a"] == pytest.approx(8 / 4.0)    # a's steps starting at 102.0 … 105.5, over 102 → 106
     assert rates["b"] == pytest.approx(3 / 3.0)    # b's 3 steps from 102, over 102 → 105
     # b with only its set-up step and one more: no common steady window yet
-    short = _result(step_times=sorted(a + b[:2], key=lambda row: row[1]), warmup_steps=2,
+    short = _result(step_times=sorted(a + b[:2], key=lambda row: row[1]), warmup_steps=1,
                     steps_per_worker={"a": 12, "b": 2})
     assert short.steady_rates() is None
     # a worker with no step at all, or one worker only: none either
-    assert _result(step_times=a, warmup_steps=2, steps_per_worker={"a": 12, "b": 0}).steady_rates() is None
-    assert _result(step_times=a, warmup_steps=2, steps_per_worker={"a": 12}).steady_rates() is None
+    assert _result(step_times=a, warmup_steps=1, steps_per_worker={"a": 12, "b": 0}).steady_rates() is None
+    assert _result(step_times=a, warmup_steps=1, steps_per_worker={"a": 12}).steady_rates() is None
+
+
+def test_every_worker_of_a_set_passes_its_own_warm_up_as_a_solo_run_does():
+    # the same run with warm-up 2: each worker skips two steps of its own (not one each as a share
+    # of the run's two), so the window opens at b's third step (103.0)
+    a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]
+    b = [(100.0, 102.0, "b"), (102.0, 103.0, "b"), (103.0, 104.0, "b"), (104.0, 105.0, "b")]
+    r = _result(step_times=sorted(a + b, key=lambda row: row[1]), warmup_steps=2, steps_per_worker={"a": 12, "b": 4})
+    t0, t1, rates = r.steady_rates()
+    assert (t0, t1) == (103.0, 106.0)
+    assert rates["a"] == pytest.approx(6 / 3.0)    # a's steps starting at 103.0 … 105.5
+    assert rates["b"] == pytest.approx(2 / 2.0)    # b's 2 steps from 103, over 103 → 105
+    assert r.worker_windows() == {"a": (101.0, 106.0, 10), "b": (103.0, 105.0, 2)}
+    # with three steps each to skip, b has one kept step: no steady window
+    assert _result(step_times=r.step_times, warmup_steps=3, steps_per_worker={"a": 12, "b": 4}).steady_rates() is None
 
 
 def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady():
@@ -123,16 +138,20 @@ def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady
     model = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
     spec = TrainSpec(model=model, total_steps=10, warmup_steps=2, min_window_s=3.0, max_steps=500)
     fast = [_Stamp(1.0, True, 0.1 * k, 0.1 * k + 0.1, 0) for k in range(40)]        # 10 steps/s to 4.0 s
-    # the slow worker still in its first step: nothing of it came back; the run's 4 s span as its step
-    assert _steps_to_fill_window(spec, fast, room=460, n_workers=2) == math.ceil(1.1 * 10.0 * 8.0)
-    # its first (set-up) step back at 3.5 s, 3.5 s long: it needs two more such steps (7 s)
+    # the slow worker still in its first step: nothing of it came back; the run's 4 s span as its
+    # step, and it owes its two warm-up steps and two in the window (16 s)
+    assert _steps_to_fill_window(spec, fast, room=460, n_workers=2) == math.ceil(1.1 * 10.0 * 16.0)
+    # its first (set-up) step back at 3.5 s, 3.5 s long: it needs one more warm-up step and two
+    # more such steps (10.5 s)
     slow = [_Stamp(1.0, True, 0.0, 3.5, 1)]
-    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=2) == math.ceil(1.1 * (41 - 2) / (4.0 - 0.2) * 7.0)
-    # steady: the slow worker's kept steps 3.5–4.5, 4.5–5.5, 5.5–6.5; the fast one to 7.0 → a window
-    # from 3.5 to 7.0 ≥ 3 s
+    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=2) == math.ceil(1.1 * (41 - 2) / (4.0 - 0.2) * 10.5)
+    # steady: past its two warm-up steps (0–3.5, 3.5–4.5) the slow worker's kept steps 4.5–5.5,
+    # 5.5–6.5, 6.5–7.5 → a window from 4.5 to 7.5 ≥ 3 s
     fast_long = [_Stamp(1.0, True, 0.1 * k, 0.1 * k + 0.1, 0) for k in range(70)]
-    steady = slow + [_Stamp(1.0, True, 3.5 + k, 4.5 + k, 1) for k in range(3)]
+    steady = slow + [_Stamp(1.0, True, 3.5 + k, 4.5 + k, 1) for k in range(4)]
     assert _steps_to_fill_window(spec, fast_long + steady, room=430, n_workers=2) == 0
+    # one step fewer: the window 4.5 → 7.0 is 2.5 s, half a second short
+    assert _steps_to_fill_window(spec, fast_long + steady[:-1], room=430, n_workers=2) > 0
     # the same steps counted as one worker would have been long enough long ago
     assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=1) == 0
     assert _steps_to_fill_window(spec, fast + slow, room=5, n_workers=2) == 5     # capped
@@ -140,12 +159,12 @@ def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady
 
 def test_steady_rates_leave_out_what_a_worker_waited_at_the_engines_joins():
     # rounds scheduled at 100.0 and 104.0. In the first, a (0.5 s steps) is done at 102.0 and waits
-    # for b's last step (to 104.0): a continuous run would have trained on. warm-up 2 → one step each
+    # for b's last step (to 104.0): a continuous run would have trained on. warm-up 1 → one step each
     a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(4)] + \
         [(104.0 + 0.5 * k, 104.5 + 0.5 * k, "a") for k in range(4)]                   # ends … 102.0, … 106.0
     b = [(100.0, 101.0, "b"), (101.0, 102.5, "b"), (102.5, 104.0, "b"), (104.0, 105.5, "b"), (105.5, 107.0, "b")]
     steps = sorted(a + b, key=lambda row: row[1])
-    joined = _result(step_times=steps, warmup_steps=2, steps_per_worker={"a": 8, "b": 5},
+    joined = _result(step_times=steps, warmup_steps=1, steps_per_worker={"a": 8, "b": 5},
                      round_starts_wall_s=[100.0, 104.0])
     t0, t1, rates = joined.steady_rates()
     assert (t0, t1) == (101.0, 107.0)                     # b's first kept step starts at 101.0
@@ -154,7 +173,20 @@ def test_steady_rates_leave_out_what_a_worker_waited_at_the_engines_joins():
     # b never waited: 4 steps over 101 → 104 and 104 → 107
     assert rates["b"] == pytest.approx(4 / 6.0)
     # a result without recorded rounds (older ones) keeps the plain span: a's 6 steps over 101 → 106
-    plain = _result(step_times=steps, warmup_steps=2, steps_per_worker={"a": 8, "b": 5})
+    plain = _result(step_times=steps, warmup_steps=1, steps_per_worker={"a": 8, "b": 5})
     assert plain.steady_rates()[2]["a"] == pytest.approx(6 / 5.0)
     assert RunResult.from_dict(joined.to_dict()).round_starts_wall_s == [100.0, 104.0]
     assert RunResult.from_dict({k: v for k, v in plain.to_dict().items() if k != "round_starts_wall_s"}).round_starts_wall_s == []
+
+
+def test_a_workers_steady_rate_does_not_count_the_step_it_was_in_when_the_window_opened():
+    # a: 1 s steps from 100.0; b: set-up to 102.5, then 1 s steps. warm-up 1: the window opens at
+    # b's second step (102.5), half-way through a's step 102.0–103.0, which a does not count
+    a = [(100.0 + k, 101.0 + k, "a") for k in range(6)]                           # ends 101.0 … 106.0
+    b = [(100.0, 102.5, "b"), (102.5, 103.5, "b"), (103.5, 104.5, "b"), (104.5, 105.5, "b")]
+    r = _result(step_times=sorted(a + b, key=lambda row: row[1]), warmup_steps=1, steps_per_worker={"a": 6, "b": 4})
+    t0, t1, rates = r.steady_rates()
+    assert (t0, t1) == (102.5, 106.0)
+    # a's 3 steps from 103.0 over the end of its step before them (103.0) to 106.0 — not 3 over 3.5 s
+    assert rates["a"] == pytest.approx(1.0)
+    assert rates["b"] == pytest.approx(1.0)

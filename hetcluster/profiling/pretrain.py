@@ -12,7 +12,8 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
    rates; the engine extends a run that falls short). A set's first round is one step per member,
    joined before the rest (the engine's start barrier), so a member's slow first step does not
-   let the fast ones spend the set's steps; a set is measured over its steady window only. No solo
+   let the fast ones spend the set's steps; a set is measured over its steady window only, each
+   member past as many warm-up steps as a solo run leaves out. No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
@@ -109,7 +110,7 @@ class PretrainSettings:
     def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
         """Steps for a calibration set, from its members' solo DeviceProfiles: one first step each
         (the engine's start barrier: every member sets up while the others wait), then long enough
-        that every member passes the rest of its share of the warm-up and takes two more steps,
+        that every member passes the rest of its own warm-up and takes two more steps,
         and that the window spans ``window_s`` (default min_window_s; at solo rates, so under
         contention the steps take longer; the engine extends a run that still falls short)."""
         steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
@@ -133,9 +134,10 @@ class PretrainSettings:
         return low
 
     def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
-        # after the barrier's first step each member skips the rest of its warm-up share; the
-        # window opens when the slowest has, and each takes two steps in it
-        after = max(math.ceil(self.warmup_steps / max(len(members), 1)) - 1, 0)
+        # after the barrier's first step each member passes the rest of its own warm-up (as a
+        # solo run does, steps_past_warmup); the window opens when the slowest has, and each
+        # takes two steps in it
+        after = max(self.warmup_steps - 1, 0)
         rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
         opens_s = max((after / r for r in rates), default=0.0)
         span_s = max(max(((after + 2) / r for r in rates), default=0.0), opens_s + window_s)

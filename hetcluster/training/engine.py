@@ -45,7 +45,7 @@ from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable
-from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps, steps_past_warmup_share
+from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps, steps_past_warmup
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -370,7 +370,7 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
     its warm-up (0: long enough, not a measurement run, or no room left under ``max_steps``).
     Sized from the rate so far, 10 % over, so one more round usually suffices. With several
     workers the window is the one where every worker trains steadily (RunResult.steady_rates):
-    it opens when the last of them has begun a step past its set-up and warm-up share, and each
+    it opens when the last of them has begun a step past its set-up and its own warm-up, and each
     needs two steps in it."""
     if spec.min_window_s <= 0 or room <= 0:
         return 0
@@ -388,13 +388,14 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
 
 def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers: int) -> float:
     """Seconds more a multi-worker run needs until every worker has two steps in a common steady
-    window of ``spec.min_window_s`` (0 when it has one); a worker not yet steady is given two more
-    of its steps (its mean step so far, or the run's span when it has not finished one)."""
+    window of ``spec.min_window_s`` (0 when it has one); a worker not yet steady is given the rest
+    of its warm-up and two more of its steps (its mean step so far, or the run's span when it has
+    not finished one)."""
     by_worker: dict[int, list[tuple[float, float]]] = {w: [] for w in range(n_workers)}
     for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
         by_worker[stamp.worker_index].append((stamp.start_s, stamp.end_s))
     span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
-    kept = steps_past_warmup_share(by_worker, spec.warmup_steps)
+    kept = steps_past_warmup(by_worker, spec.warmup_steps)
     common = common_steady_steps(kept)
     if common is None:
         lagging = [w for w, steps in kept.items() if not steps]
@@ -407,7 +408,7 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     for w in lagging:
         steps = by_worker[w]
         step_s = sum(end - start for start, end in steps) / len(steps) if steps else span_s
-        short_s = max(short_s, 2 * step_s)
+        short_s = max(short_s, (max(spec.warmup_steps - len(steps), 0) + 2) * step_s)
     return max(short_s, spec.min_window_s)
 
 

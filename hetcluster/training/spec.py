@@ -8,7 +8,6 @@ Every type converts to and from JSON-friendly dicts: a run can be executed in a 
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -65,6 +64,9 @@ class TrainSpec:
     (``hetcluster.memory``) inside the step; one traced step serves every worker, so pass the
     smallest budget among the chosen workers.
 
+    ``warmup_steps``: the first steps a measurement leaves out — the run's first completions for
+    one worker, each worker's own first steps for several (:func:`steps_past_warmup`).
+
     ``min_window_s`` > 0 (measurement runs, pre-training): once ``total_steps`` is reached, keep
     applying steps until the window after the warm-up (first kept completion to the last one)
     spans at least this many seconds, but never beyond ``max_steps`` in all. A fast device then
@@ -113,19 +115,26 @@ class TrainSpec:
         return cls(**data)
 
 
-def steps_past_warmup_share(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int
-                            ) -> dict[Any, list[tuple[float, float]]]:
-    """Each worker's ``(start, end)`` steps by end time, without its share of the run's warm-up:
-    ``ceil(warmup_steps / workers)`` steps each, the workers being ``by_worker``'s keys (a worker
-    with no step yet still takes its share)."""
-    skip = math.ceil(warmup_steps / len(by_worker)) if by_worker and warmup_steps > 0 else 0
+def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int
+                      ) -> dict[Any, list[tuple[float, float]]]:
+    """Each worker's ``(start, end)`` steps by end time, without its own first ``warmup_steps``.
+
+    Every worker warms up on its own, as it does alone: its first steps run slow whatever the
+    others do (the emulated server's second resnet50 step took 2x its steady time, a board's
+    second and third 1.3-1.5x). A share of the run's warm-up (``ceil(warmup_steps / workers)``
+    each, until 2026-11-25) opened a three-device set's window at every member's second step:
+    with resnet50 over 9 s windows, that and a span from the window's opening read the members
+    2-37 % (mean 19 %) under their rates later in the same run, against 0-16 % (mean 7 %) with
+    the solo run's warm-up per worker (docs/training.md, pre-training step 3), so the sets
+    measured a contention the trainings did not have."""
+    skip = max(warmup_steps, 0)
     return {worker: sorted(steps, key=lambda step: step[1])[skip:] for worker, steps in by_worker.items()}
 
 
 def common_steady_steps(kept: Mapping[Any, Sequence[tuple[float, float]]]
                         ) -> tuple[float, dict[Any, list[tuple[float, float]]]] | None:
     """Where every worker of a run trains steadily, from each worker's ``(start, end)`` steps past
-    its set-up and warm-up share: the window opens at the latest start of a worker's first such
+    its set-up and warm-up: the window opens at the latest start of a worker's first such
     step, and each worker's steps that start in it are returned with that time. None while some
     worker has no such step yet. (RunResult.steady_rates measures a run there; the engine extends
     a measurement run until it is long enough.)"""
@@ -189,7 +198,7 @@ class RunResult:
 
     def worker_windows(self) -> dict[str, tuple[float, float, int]]:
         """Each worker's steady window ``(start_wall_s, end_wall_s, steps)``: from the start of
-        its first step after its share of the warm-up to the end of its last, for the workers
+        its first step after its warm-up to the end of its last, for the workers
         with at least two such steps."""
         windows = {}
         for worker, kept in self._kept_steps().items():
@@ -199,14 +208,20 @@ class RunResult:
 
     def steady_rates(self) -> tuple[float, float, dict[str, float]] | None:
         """``(t0_wall_s, t1_wall_s, rate per worker)`` over the part of a multi-worker run where every
-        worker trained steadily: from the latest start of a worker's first step after its share of
-        the warm-up to the last completion; a worker's rate is its steps started in there over the
-        span to its own last completion, less the time it waited at round boundaries
-        (:meth:`span_without_joins_s`). None unless every worker has two steps in there.
+        worker trained steadily: from the latest start of a worker's first step after its own
+        warm-up to the last completion; a worker's rate is its steps started in there over the
+        span from the end of its step before them to its own last completion, less the time it
+        waited at round boundaries (:meth:`span_without_joins_s`). None unless every worker has
+        two steps in there.
 
         A worker still in its set-up (tracing, first step) loads a shared host without adding
-        steps, so a window that holds it measures the others under a transient, not the set."""
-        kept = self._kept_steps()
+        steps, so a window that holds it measures the others under a transient, not the set.
+        Each worker's span opens where its first counted step's cycle did, as a solo run's window
+        opens at the end of its last warm-up step: from ``t0`` itself it would hold the rest of
+        the step a worker was in at ``t0``, which it does not count — on average half a step, a
+        tenth of a board's rate over a window of five of its steps."""
+        by_worker = self._steps_by_worker()
+        kept = steps_past_warmup(by_worker, self.warmup_steps)
         workers = set(self.steps_per_worker) | set(kept)
         if len(workers) < 2:
             return None
@@ -214,7 +229,13 @@ class RunResult:
         if common is None or any(len(steps) < 2 for steps in common[1].values()):
             return None
         t0, inside = common
-        rates = {worker: len(steps) / self.span_without_joins_s(steps, t0) for worker, steps in inside.items()}
+
+        def cycle_start_s(worker: str, steps: list[tuple[float, float]]) -> float:
+            before = by_worker[worker][:len(by_worker[worker]) - len(steps)]
+            return min(before[-1][1], steps[0][0]) if before else steps[0][0]
+
+        rates = {worker: len(steps) / self.span_without_joins_s(steps, cycle_start_s(worker, steps))
+                 for worker, steps in inside.items()}
         return t0, max(steps[-1][1] for steps in inside.values()), rates
 
     def span_without_joins_s(self, steps: Sequence[tuple[float, float]], t0: float) -> float:
@@ -239,15 +260,19 @@ class RunResult:
                    for index, end in by_round.items())
         return span if span > 0 else last_end - t0
 
-    def _kept_steps(self) -> dict[str, list[tuple[float, float]]]:
-        """Each worker's (start, end) steps after its share of the warm-up, by end time."""
+    def _steps_by_worker(self) -> dict[str, list[tuple[float, float]]]:
+        """Each worker's (start, end) steps, by end time."""
         by_worker: dict[str, list[tuple[float, float]]] = {}
         for start, end, worker in self.step_times:
             by_worker.setdefault(worker, []).append((start, end))
-        return steps_past_warmup_share(by_worker, self.warmup_steps)
+        return {worker: sorted(steps, key=lambda step: step[1]) for worker, steps in by_worker.items()}
+
+    def _kept_steps(self) -> dict[str, list[tuple[float, float]]]:
+        """Each worker's (start, end) steps after its own warm-up, by end time."""
+        return steps_past_warmup(self._steps_by_worker(), self.warmup_steps)
 
     def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
-        """Each worker's own steady rate: its steps after its share of the warm-up, over the span
+        """Each worker's own steady rate: its steps after its warm-up, over the span
         from the first kept step's start to the last one's end (:meth:`worker_windows`; a worker
         with fewer than two kept steps: one over its last step's duration).
 
