@@ -40,18 +40,18 @@ def test_step_cap_keeps_pretraining_a_third_of_the_job():
 def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():
     settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
-    # the start barrier: one first step each, whatever it costs in time (the phone's 20 s no
-    # longer lets the server take 90 steps); then each passes the rest of its own warm-up (2
-    # steps) and takes 2 more: the phone's 4 steps at 0.5/s take 8 s, longer than the 3 s window
-    # opening at 4 s; 8 s at 5/s and 0.5/s is 44 steps, + 2
-    assert settings.set_steps([server, phone]) == 46
-    capped = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=30)
-    assert capped.set_steps([server, phone]) == 30
-    # two quick devices: the 3 s window opens when the slower has passed its warm-up (0.2 s)
+    # the start barrier: one step each per warm-up round, whatever it costs in time (the phone's
+    # 20 s first step no longer lets the server take 90 steps, nor its next two another 20): 2 × 3;
+    # then each takes 2 more: the phone's 2 steps at 0.5/s take 4 s, longer than the 3 s window;
+    # 4 s at 5/s and 0.5/s is 22 steps
+    assert settings.set_steps([server, phone]) == 28
+    capped = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=20)
+    assert capped.set_steps([server, phone]) == 20
+    # two quick devices: their warm-up rounds, then the 3 s window
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
-    assert settings.set_steps(quick) == 2 + 96             # 30 steps/s over 3.2 s
-    # each of two members needs its own warm-up and two steps: 2 × 5 (the barrier's first
-    # step is one of them), but never fewer than steps_per_run
+    assert settings.set_steps(quick) == 6 + 90             # 30 steps/s over 3 s
+    # each of two members needs its own warm-up (3, the barrier's first step one of them) and two
+    # steps: 2 × 5, but never fewer than steps_per_run
     assert PretrainSettings(steps_per_run=5, warmup_steps=3, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 10
     assert PretrainSettings(steps_per_run=20, warmup_steps=3, min_window_s=0.0).set_steps(
@@ -69,22 +69,22 @@ def test_a_set_may_use_its_share_of_what_the_phase_budget_leaves():
     assert settings.set_cap(660, 1) == 27                  # never below the per-run cap
     assert PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
-    assert settings.set_steps([server, phone], cap=200) == 46 and settings.set_steps([server, phone], cap=30) == 30
+    assert settings.set_steps([server, phone], cap=200) == 28 and settings.set_steps([server, phone], cap=20) == 20
 
 
 def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
-    # two quick devices at 20/s and 10/s after the barrier: W s of window open at 0.2 s and take
-    # 2 + 30 (W + 0.2) steps
+    # two quick devices at 20/s and 10/s after the barrier's three rounds (6 steps): W s of window
+    # take 6 + 30 W steps
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
     settings = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_window_s=10.0,
                                 max_steps_per_run=27, max_phase_steps=2000)
-    assert settings.set_window_s(quick, cap=400) == 10.0                   # 308 steps fit
-    assert settings.set_window_s(quick, cap=90) == 3.0                     # 98 > 90: never under 3 s
-    window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 8 ≤ 200 → W = 6.4
-    assert window_s == pytest.approx(6.4, abs=0.05)
+    assert settings.set_window_s(quick, cap=400) == 10.0                   # 306 steps fit
+    assert settings.set_window_s(quick, cap=90) == 3.0                     # 96 > 90: never under 3 s
+    window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 6 ≤ 200 → W = 6.47
+    assert window_s == pytest.approx(194 / 30, abs=0.05)
     assert settings.set_steps(quick, cap=200, window_s=window_s) <= 200
     assert settings.set_steps(quick, cap=200, window_s=window_s + 0.1) == 200  # capped just above
     # no job size, no phase budget: the minimum window, as before
     no_budget = PretrainSettings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     assert no_budget.set_window_s(quick, cap=400) == 3.0
-    assert no_budget.set_steps(quick, cap=400) == 98
+    assert no_budget.set_steps(quick, cap=400) == 96

@@ -99,7 +99,10 @@ def test_without_the_barrier_the_fast_worker_trains_through_the_slow_set_up(monk
 def test_a_measurement_run_with_the_barrier_still_fills_its_window(monkeypatch):
     spec = TrainSpec(model=MODEL, total_steps=20, warmup_steps=2, min_window_s=3.0, max_steps=400, start_barrier=True)
     trainer, result = _run(monkeypatch, spec)
-    assert trainer.rounds[0] == 2
+    assert trainer.rounds[:3] == [2, 2, 16], "one barrier round per warm-up step, then the rest"
+    # the server's steps before the board's warm-up was over: its own two, no more
+    board_warm_end = sorted(end for _, end, w in result.step_times if w == "board")[1]
+    assert sum(1 for start, _, w in result.step_times if w == "server" and start < board_warm_end) == 2
     steady = result.steady_rates()
     assert steady is not None, "every worker trains steadily in a common window"
     t0, t1, rates = steady

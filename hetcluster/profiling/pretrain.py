@@ -11,9 +11,10 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    steadily in a common window of ``min_window_s``, or longer (up to ``max_window_s``) where
    the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
    rates; the engine extends a run that falls short). A set's first round is one step per member,
-   joined before the rest (the engine's start barrier), so a member's slow first step does not
-   let the fast ones spend the set's steps; a set is measured over its steady window only, each
-   member past as many warm-up steps as a solo run leaves out. No solo
+   joined before the rest, and so is each of the rest of the warm-up's rounds (the engine's start
+   barrier), so a member's slow first steps do not let the fast ones spend the set's steps; a set
+   is measured over its steady window only, each member past as many warm-up steps as a solo run
+   leaves out. No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
@@ -108,11 +109,11 @@ class PretrainSettings:
         return max(self.step_cap, (self.max_phase_steps - used_steps) // max(sets_left, 1))
 
     def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
-        """Steps for a calibration set, from its members' solo DeviceProfiles: one first step each
-        (the engine's start barrier: every member sets up while the others wait), then long enough
-        that every member passes the rest of its own warm-up and takes two more steps,
-        and that the window spans ``window_s`` (default min_window_s; at solo rates, so under
-        contention the steps take longer; the engine extends a run that still falls short)."""
+        """Steps for a calibration set, from its members' solo DeviceProfiles: its warm-up, one step
+        each per barrier round (the engine's start barrier: every member sets up and warms up while
+        the others wait), then long enough that every member takes two steps and that the window
+        spans ``window_s`` (default min_window_s; at solo rates, so under contention the steps take
+        longer; the engine extends a run that still falls short)."""
         steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
         return int(min(max(steps, self.steps_per_run), cap or self.step_cap))
 
@@ -134,14 +135,11 @@ class PretrainSettings:
         return low
 
     def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
-        # after the barrier's first step each member passes the rest of its own warm-up (as a
-        # solo run does, steps_past_warmup); the window opens when the slowest has, and each
-        # takes two steps in it
-        after = max(self.warmup_steps - 1, 0)
+        # the barrier rounds: each member's own warm-up (as a solo run leaves out, steps_past_warmup),
+        # one step each per round; then the window, where each takes two steps or more
         rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
-        opens_s = max((after / r for r in rates), default=0.0)
-        span_s = max(max(((after + 2) / r for r in rates), default=0.0), opens_s + window_s)
-        return len(members) + math.ceil(sum(r * span_s for r in rates))
+        span_s = max(max((2 / r for r in rates), default=0.0), window_s)
+        return len(members) * max(self.warmup_steps, 1) + math.ceil(sum(r * span_s for r in rates))
 
 
 class _Phase:

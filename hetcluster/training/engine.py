@@ -275,7 +275,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     does that for you. ``stop_event`` is honoured between rounds (``round_steps``, by default
     max(200, 50 per worker), or ``checkpoint_every_steps`` if smaller); a stopped run saves a
     checkpoint and returns what it did with ``stopped=True``.
-    With ``spec.start_barrier`` the first round is one closure per worker (see TrainSpec).
+    With ``spec.start_barrier`` the first ``max(1, warmup_steps)`` rounds are one closure per
+    worker each (see TrainSpec).
     When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
     (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
     """
@@ -316,8 +317,10 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     # the update gate: the job's total, or the cap of a measurement run that may be extended
     # (one traced step for the whole run: a new gate would mean a new trace on every worker)
     gate = max(spec.max_steps, target) if spec.min_window_s > 0 else target
-    # the start barrier: a first round of one closure per worker (each idle worker takes one)
+    # the start barrier: rounds of one closure per worker (each idle worker takes one), one per
+    # warm-up step, so every worker warms up in step with the others
     barrier = len(cluster.workers) if spec.start_barrier and len(cluster.workers) > 1 else 0
+    barrier_rounds = max(spec.warmup_steps, 1) if barrier else 0
     try:
         while not (stop_event is not None and stop_event.is_set()):
             if current >= target:
@@ -325,13 +328,13 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                 if extra <= 0:
                     break
                 target, to_do = current + extra, to_do + extra
-            count = min(barrier or per_round, target - current)
+            count = min(barrier if barrier_rounds else per_round, target - current)
             round_starts.append(time.time())
             round_stamps = trainer.run_round(count, gate, on_poll)
-            if barrier:
-                if count == barrier:  # fewer steps left than workers: nobody can expect a first step
+            if barrier_rounds:
+                if count == barrier:  # fewer steps left than workers: nobody can expect a step each
                     _check_barrier(cluster, round_stamps)
-                barrier = 0
+                barrier_rounds -= 1
             stamps += round_stamps
             scheduled += count
             current = trainer.iterations()
@@ -355,13 +358,13 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
 
 
 def _check_barrier(cluster: ClusterAddresses, stamps: list[_Stamp]) -> None:
-    """Warn when the start barrier's round did not give every worker its first step (a fast worker
-    that finished before another took its closure takes a second one): the run then goes on as
-    without the barrier, and the missing worker sets up while the others train."""
+    """Warn when a barrier round did not give every worker a step (a fast worker that finished
+    before another took its closure takes a second one): the missing worker then catches up on its
+    set-up or warm-up while the others train."""
     names = cluster.worker_names
     missing = sorted(set(names) - {names[s.worker_index] for s in stamps})
     if missing:
-        log.warning("start barrier: %s took no step in the first round; it sets up while the others train",
+        log.warning("start barrier: %s took no step in a barrier round; it warms up while the others train",
                     ", ".join(missing))
 
 
