@@ -128,7 +128,7 @@ def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], wa
     second and third 1.3-1.5x). A share of the run's warm-up (``ceil(warmup_steps / workers)``
     each, until 2026-11-25) opened a three-device set's window at every member's second step:
     with resnet50 over 9 s windows, that and a span from the window's opening read the members
-    2-37 % (mean 19 %) under their rates later in the same run, against 0-16 % (mean 7 %) with
+    2-37 % (mean 19 %) under their rates later in the same run, against -4 to 16 % (mean 7 %) with
     the solo run's warm-up per worker (docs/training.md, pre-training step 3), so the sets
     measured a contention the trainings did not have."""
     skip = max(warmup_steps, 0)
