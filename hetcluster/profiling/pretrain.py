@@ -49,6 +49,7 @@ from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
 from hetcluster.profiling.sets import calibration_sets
 from hetcluster.training.checkpoints import checkpoint_steps
+from hetcluster.training.spec import barrier_rounds
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class PretrainSettings:
         # one step each per round; then the window, where each takes two steps or more
         rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
         span_s = max(max((2 / r for r in rates), default=0.0), window_s)
-        return len(members) * max(self.warmup_steps, 1) + math.ceil(sum(r * span_s for r in rates))
+        return len(members) * barrier_rounds(self.warmup_steps) + math.ceil(sum(r * span_s for r in rates))
 
 
 class _Phase:

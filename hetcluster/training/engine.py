@@ -45,7 +45,8 @@ from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable
-from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec, common_steady_steps, steps_past_warmup
+from hetcluster.training.spec import (ClusterAddresses, RunResult, TrainSpec, barrier_rounds,
+                                      common_steady_steps, steps_past_warmup)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -275,8 +276,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     does that for you. ``stop_event`` is honoured between rounds (``round_steps``, by default
     max(200, 50 per worker), or ``checkpoint_every_steps`` if smaller); a stopped run saves a
     checkpoint and returns what it did with ``stopped=True``.
-    With ``spec.start_barrier`` the first ``max(1, warmup_steps)`` rounds are one closure per
-    worker each (see TrainSpec).
+    With ``spec.start_barrier`` the first ``barrier_rounds(warmup_steps)`` rounds are one closure
+    per worker each (see TrainSpec).
     When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
     (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
     """
@@ -320,7 +321,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     # the start barrier: rounds of one closure per worker (each idle worker takes one), one per
     # warm-up step, so every worker warms up in step with the others
     barrier = len(cluster.workers) if spec.start_barrier and len(cluster.workers) > 1 else 0
-    barrier_rounds = max(spec.warmup_steps, 1) if barrier else 0
+    barriers_left = barrier_rounds(spec.warmup_steps) if barrier else 0
     try:
         while not (stop_event is not None and stop_event.is_set()):
             if current >= target:
@@ -328,13 +329,13 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                 if extra <= 0:
                     break
                 target, to_do = current + extra, to_do + extra
-            count = min(barrier if barrier_rounds else per_round, target - current)
+            count = min(barrier if barriers_left else per_round, target - current)
             round_starts.append(time.time())
             round_stamps = trainer.run_round(count, gate, on_poll)
-            if barrier_rounds:
+            if barriers_left:
                 if count == barrier:  # fewer steps left than workers: nobody can expect a step each
                     _check_barrier(cluster, round_stamps)
-                barrier_rounds -= 1
+                barriers_left -= 1
             stamps += round_stamps
             scheduled += count
             current = trainer.iterations()

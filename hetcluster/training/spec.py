@@ -76,7 +76,7 @@ class TrainSpec:
     before any other is scheduled, so every worker's slow first step (graph set-up) happens while
     the others wait instead of while fast workers spend the run's steps — a measurement run's
     steps are capped, and a 16 s first step on a board let the server take a set's whole share.
-    So are the rest of the warm-up's rounds (``max(1, warmup_steps)`` barrier rounds in all):
+    So are the rest of the warm-up's rounds (:func:`barrier_rounds` in all):
     every worker passes its own warm-up in step with the others, and the fast ones do not spend
     the set's steps while a board takes its second and third (a resnet50 set on a server at 5
     steps/s and a phone at 0.8 took every step of its share before the phone was past them).
@@ -117,6 +117,12 @@ class TrainSpec:
         data["model"] = ModelSpec.from_dict(data["model"])
         data["data"] = DataSource.from_dict(data.get("data"))
         return cls(**data)
+
+
+def barrier_rounds(warmup_steps: int) -> int:
+    """How many rounds of one closure per worker a run with ``TrainSpec.start_barrier`` starts with:
+    one per warm-up step, and at least the first (every worker's set-up)."""
+    return max(warmup_steps, 1)
 
 
 def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int
