@@ -68,6 +68,40 @@ def test_run_result_figures_and_round_trip():
     assert RunResult.from_dict(data) == r
 
 
+def test_the_warm_up_holds_its_steps_and_the_seconds_after_them():
+    from hetcluster.training.spec import steps_past_warmup, warmup_count
+
+    ends = [1.0, 2.0, 3.0, 3.5, 4.0, 6.0, 7.0]
+    assert warmup_count(ends, 3) == 3
+    assert warmup_count(ends, 3, warmup_s=1.0) == 5          # 3.5 and 4.0 end within 1 s of step 3
+    assert warmup_count(ends, 0, warmup_s=1.0) == 0          # no warm-up steps: the seconds have no start
+    assert warmup_count(ends[:2], 3, warmup_s=1.0) == 2
+    # per worker: each from the end of its own warm-up steps
+    kept = steps_past_warmup({"fast": [(e - 0.5, e) for e in ends], "slow": [(0.0, 5.0), (5.0, 9.0)]}, 1, 2.0)
+    assert [end for _, end in kept["fast"]] == [3.5, 4.0, 6.0, 7.0] and kept["slow"] == [(5.0, 9.0)]
+    # one worker's window opens at the last completion in the seconds: 100.4 + 0.6
+    assert _result(warmup_s=0.6).measurement_window() == (101.0, 101.5, 1)
+    assert RunResult.from_dict(_result(warmup_s=0.6).to_dict()).warmup_s == 0.6
+
+
+def test_a_measurement_run_is_extended_past_the_warm_up_seconds():
+    from hetcluster.training.engine import _Stamp, _steady_window_shortfall_s, _steps_to_fill_window
+
+    model = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    spec = TrainSpec(model=model, total_steps=10, warmup_steps=2, warmup_s=3.0, min_window_s=8.0, max_steps=200)
+    # 1 step/s: the warm-up ends at 1 + 3 s (5 steps), the window 4..9 s is 3 s short
+    ends = [float(k) for k in range(10)]
+    assert _steps_to_fill_window(spec, _stamps(ends), room=190) == math.ceil(1.1 * 1.0 * 3.0)
+    # still in the warm-up's seconds (they end at 1 + 5 s): 3 s of them left and the whole window
+    in_warmup = TrainSpec(model=model, total_steps=4, warmup_steps=2, warmup_s=5.0, min_window_s=3.0, max_steps=200)
+    assert _steps_to_fill_window(in_warmup, _stamps(ends[:4]), room=190) == math.ceil(1.1 * 1.0 * 6.0)
+    # several workers: a slow one past its warm-up step but in its seconds is owed the rest of them
+    sets = TrainSpec(model=model, total_steps=11, warmup_steps=1, warmup_s=2.0, min_window_s=1.0, max_steps=200)
+    fast = [_Stamp(1.0, True, 0.5 * k - 0.5, 0.5 * k, 0) for k in range(1, 11)]
+    slow = [_Stamp(1.0, True, 0.0, 4.0, 1)]
+    assert _steady_window_shortfall_s(sets, fast + slow, 2) == pytest.approx(2 * 4.0 + (4.0 + 2.0 - 5.0))
+
+
 def test_unattributed_steps_count_updates_of_dead_workers():
     assert _result(steps_per_worker={"a": 3, "b": 0}, lost_workers=["b"]).steps_unattributed == 1
 

@@ -13,8 +13,8 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    rates; the engine extends a run that falls short). A set's first round is one step per member,
    joined before the rest, and so is each of the rest of the warm-up's rounds (the engine's start
    barrier), so a member's slow first steps do not let the fast ones spend the set's steps; a set
-   is measured over its steady window only, each member past as many warm-up steps as a solo run
-   leaves out. No solo
+   is measured over its steady window only, each member past the warm-up a solo run leaves out
+   (``warmup_steps``, then the seconds ``warmup_s`` after them: WARMUP_S). No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
 4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
@@ -27,7 +27,7 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 5. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
-Times and power use each run's measurement window (from the end of the warm-up steps to the last
+Times and power use each run's measurement window (from the end of the warm-up, its steps and seconds, to the last
 completion, stamped on the workers), so start-up and warm-up are excluded from them; each solo
 run records the start-up itself apart (first step, steady-line intercept, and the mean power
 over that intercept), which the planner prices separately. A device whose launch
@@ -66,6 +66,17 @@ RATE_BLOCK_S = 1.0            # batch length of a rate's standard error (rate_st
 # no systematic slowdown (docs/experiments.md).
 PRETRAIN_POWER_RATE_HZ = 10.0
 
+# A worker's warm-up lasts its first warmup_steps and the seconds after them: past its third step
+# a worker still runs slow for a few seconds. Measured on the emulated fleet (resnet50 32x32x3
+# batch 8, 14 worker-runs of 46-133 s: server alone, server+jetson-tx2, server+jetson-nano,
+# server+jetson-nano+rpi4, server+jetson-tx2+phone), a 3 s window opened after 3 steps read the
+# server 17.6 % (mean; up to 35 % in sets, just after the start barrier) and the boards 13.7 % under
+# the worker's rate from 10 s after that opening to the run's end; opened 3 s later, 4.3 % and
+# 2.7 % (2 s: 5.5 % and 7.5 %; 4 s: 2.0 % and 3.3 %). The short windows of a small job's
+# pre-training sat in that climb and read each set's fast member lowest, so the planner saw more
+# contention than the trainings had (docs/experiments.md, "The seconds after the warm-up").
+WARMUP_S = 3.0
+
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done", "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
 
@@ -76,6 +87,7 @@ class PretrainSettings:
 
     steps_per_run: int = 30
     warmup_steps: int = 5
+    warmup_s: float = WARMUP_S     # and each worker's steps in these seconds after them (WARMUP_S)
     min_window_s: float = 3.0
     max_window_s: float = 10.0     # a set's window when its share of max_phase_steps affords it
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
@@ -92,9 +104,9 @@ class PretrainSettings:
         if self.steps_per_run < self.warmup_steps + 2:
             raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
-        if self.min_window_s < 0 or self.max_window_s < 0:
-            raise ProfileError(f"min_window_s={self.min_window_s} or max_window_s={self.max_window_s} is negative.",
-                               hint="give windows of 0 s or more.")
+        if self.min_window_s < 0 or self.max_window_s < 0 or self.warmup_s < 0:
+            raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s} or "
+                               f"warmup_s={self.warmup_s} is negative.", hint="give 0 s or more.")
 
     @property
     def step_cap(self) -> int:
@@ -112,8 +124,8 @@ class PretrainSettings:
     def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
         """Steps for a calibration set, from its members' solo DeviceProfiles: its warm-up, one step
         each per barrier round (the engine's start barrier: every member sets up and warms up while
-        the others wait), then long enough that every member takes two steps and that the window
-        spans ``window_s`` (default min_window_s; at solo rates, so under contention the steps take
+        the others wait), then the warm-up's seconds (``warmup_s``), then long enough that every
+        member takes two steps and that the window spans ``window_s`` (default min_window_s; at solo rates, so under contention the steps take
         longer; the engine extends a run that still falls short)."""
         steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
         return int(min(max(steps, self.steps_per_run), cap or self.step_cap))
@@ -136,10 +148,11 @@ class PretrainSettings:
         return low
 
     def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
-        # the barrier rounds: each member's own warm-up (as a solo run leaves out, steps_past_warmup),
-        # one step each per round; then the window, where each takes two steps or more
+        # the barrier rounds: each member's own warm-up steps (as a solo run leaves out,
+        # steps_past_warmup), one step each per round; the warm-up's seconds; then the window,
+        # where each takes two steps or more
         rates = [d.steps_per_s for d in members if d.steps_per_s > 0]
-        span_s = max(max((2 / r for r in rates), default=0.0), window_s)
+        span_s = max(max((2 / r for r in rates), default=0.0), window_s) + self.warmup_s
         return len(members) * barrier_rounds(self.warmup_steps) + math.ceil(sum(r * span_s for r in rates))
 
 
@@ -204,7 +217,7 @@ class _Phase:
         steps = steps or settings.steps_per_run
         spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
-                         learning_rate=settings.learning_rate,
+                         warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
@@ -231,8 +244,8 @@ class _Phase:
 
 def _rate_std(result: Any) -> float:
     """Standard error of the solo rate over the run's post-warm-up completions (rate_standard_error)."""
-    ends = sorted(end for _, end, _ in result.step_times)[result.warmup_steps:]
-    return rate_standard_error(ends, result.steps_per_s)
+    ends = sorted(end for _, end, _ in result.step_times)
+    return rate_standard_error(ends[len(ends) - result.measurement_window()[2]:], result.steps_per_s)
 
 
 def rate_standard_error(ends_s: Sequence[float], steps_per_s: float, block_s: float = RATE_BLOCK_S) -> float:
@@ -264,7 +277,7 @@ def _startup(result: Any) -> tuple[float, float]:
         return 0.0, 0.0
     first_step_s = max(0.0, ends[0] - result.start_wall_s)
     t0, t1, steps = result.measurement_window()
-    warm = min(result.warmup_steps, len(ends) - 1)
+    warm = len(ends) - steps   # the warm-up's steps, its seconds' included
     if steps <= 0 or t1 <= t0 or warm <= 0:
         return first_step_s, first_step_s
     # the steady line through (t0, warm) crosses zero steps at t0 − warm/rate
@@ -439,5 +452,6 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                    pretrain_steps=phase.steps_total, pretrain_time_s=phase_end_s - phase_start_s,
                    pretrain_energy_j=energy_j, checkpoint_dir=checkpoint_dir,
                    checkpoint_path=phase.checkpoint_path, warmup_steps=settings.warmup_steps,
+                   warmup_s=settings.warmup_s,
                    steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
                    idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)))

@@ -80,6 +80,7 @@ class Profile:
     steps_per_run: int
     created_wall_s: float
     idle_power_counts: bool = False
+    warmup_s: float = 0.0   # and each worker's steps in these seconds after warmup_steps (0 before 2026-11-25)
 
     def device(self, name: str) -> DeviceProfile:
         for device in self.devices:

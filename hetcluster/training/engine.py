@@ -46,7 +46,7 @@ from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable
 from hetcluster.training.spec import (ClusterAddresses, RunResult, TrainSpec, barrier_rounds,
-                                      common_steady_steps, steps_past_warmup)
+                                      common_steady_steps, steps_past_warmup, warmup_count)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -379,12 +379,19 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
     if spec.min_window_s <= 0 or room <= 0:
         return 0
     ends = sorted(s.end_s for s in stamps if s.applied)
-    warm = min(spec.warmup_steps, max(len(ends) - 1, 0))
-    if len(ends) - warm < 2:
+    if len(ends) < 2:
         return min(room, 2)
-    window_s = ends[-1] - ends[warm - 1 if warm else 0]
-    rate = (len(ends) - warm - (0 if warm else 1)) / max(window_s, 1e-6)
-    short_s = _steady_window_shortfall_s(spec, stamps, n_workers) if n_workers > 1 else spec.min_window_s - window_s
+    warm = warmup_count(ends, spec.warmup_steps, spec.warmup_s)
+    if len(ends) - warm >= 2:  # the rate past the warm-up, else (still in it) since the first completion
+        opened_s = ends[warm - 1 if warm else 0]
+        rate = (len(ends) - warm - (0 if warm else 1)) / max(ends[-1] - opened_s, 1e-6)
+    else:
+        opened_s = ends[min(spec.warmup_steps, len(ends)) - 1] + spec.warmup_s if warm >= len(ends) else ends[warm - 1]
+        rate = (len(ends) - 1) / max(ends[-1] - ends[0], 1e-6)
+    if n_workers > 1:
+        short_s = _steady_window_shortfall_s(spec, stamps, n_workers)
+    else:  # the window opens at opened_s (past the last completion while the warm-up's seconds run)
+        short_s = spec.min_window_s - (ends[-1] - opened_s)
     if short_s <= 0:
         return 0
     return min(room, max(1, math.ceil(1.1 * rate * short_s)))
@@ -394,12 +401,12 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     """Seconds more a multi-worker run needs until every worker has two steps in a common steady
     window of ``spec.min_window_s`` (0 when it has one); a worker not yet steady is given the rest
     of its warm-up and two more of its steps (its mean step so far, or the run's span when it has
-    not finished one)."""
+    not finished one), and what is left of its warm-up's seconds (``spec.warmup_s``)."""
     by_worker: dict[int, list[tuple[float, float]]] = {w: [] for w in range(n_workers)}
     for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
         by_worker[stamp.worker_index].append((stamp.start_s, stamp.end_s))
     span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
-    kept = steps_past_warmup(by_worker, spec.warmup_steps)
+    kept = steps_past_warmup(by_worker, spec.warmup_steps, spec.warmup_s)
     common = common_steady_steps(kept)
     if common is None:
         lagging = [w for w, steps in kept.items() if not steps]
@@ -409,10 +416,15 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
             return spec.min_window_s - (max(steps[-1][1] for steps in inside.values()) - t0)
         lagging = [w for w, steps in inside.items() if len(steps) < 2]
     short_s = 0.0
+    last_end_s = max(s.end_s for s in stamps)
     for w in lagging:
         steps = by_worker[w]
         step_s = sum(end - start for start, end in steps) / len(steps) if steps else span_s
-        short_s = max(short_s, (max(spec.warmup_steps - len(steps), 0) + 2) * step_s)
+        if len(steps) >= max(spec.warmup_steps, 1):
+            warm_left_s = max(steps[spec.warmup_steps - 1][1] + spec.warmup_s - last_end_s, 0.0) if spec.warmup_steps else 0.0
+        else:
+            warm_left_s = spec.warmup_s
+        short_s = max(short_s, (max(spec.warmup_steps - len(steps), 0) + 2) * step_s + warm_left_s)
     return max(short_s, spec.min_window_s)
 
 
@@ -441,4 +453,5 @@ def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamp
         checkpoint_path=checkpoint_path,
         closures_scheduled=scheduled,
         warmup_steps=min(spec.warmup_steps, len(applied)),
+        warmup_s=spec.warmup_s,
     )

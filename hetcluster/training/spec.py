@@ -65,7 +65,9 @@ class TrainSpec:
     smallest budget among the chosen workers.
 
     ``warmup_steps``: the first steps a measurement leaves out — the run's first completions for
-    one worker, each worker's own first steps for several (:func:`steps_past_warmup`).
+    one worker, each worker's own first steps for several (:func:`steps_past_warmup`);
+    ``warmup_s``: and the steps each worker completes in that many seconds after them
+    (:func:`warmup_count`; pre-training's WARMUP_S says why).
 
     ``min_window_s`` > 0 (measurement runs, pre-training): once ``total_steps`` is reached, keep
     applying steps until the window after the warm-up (first kept completion to the last one)
@@ -90,6 +92,7 @@ class TrainSpec:
     max_checkpoints: int = 3
     learning_rate: float = 0.01
     warmup_steps: int = 0
+    warmup_s: float = 0.0
     memory_budget_bytes: int = 0
     memory_device_kind: str = "cpu"
     min_window_s: float = 0.0
@@ -102,7 +105,7 @@ class TrainSpec:
         if self.min_window_s < 0 or (self.min_window_s > 0 and self.max_steps < self.total_steps):
             raise ConfigError(f"min_window_s={self.min_window_s} needs max_steps >= total_steps ({self.max_steps} < {self.total_steps}).",
                               hint="give the most steps a measurement run may take.")
-        if self.checkpoint_every_steps < 0 or self.warmup_steps < 0:
+        if self.checkpoint_every_steps < 0 or self.warmup_steps < 0 or self.warmup_s < 0:
             raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
 
     def to_dict(self) -> dict:
@@ -125,9 +128,19 @@ def barrier_rounds(warmup_steps: int) -> int:
     return max(warmup_steps, 1)
 
 
-def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int
-                      ) -> dict[Any, list[tuple[float, float]]]:
-    """Each worker's ``(start, end)`` steps by end time, without its own first ``warmup_steps``.
+def warmup_count(ends_s: Sequence[float], warmup_steps: int, warmup_s: float = 0.0) -> int:
+    """How many of one worker's steps, by sorted completion times ``ends_s``, are its warm-up: its
+    first ``warmup_steps``, and those it completes within ``warmup_s`` seconds after them (none
+    more when ``warmup_steps`` is 0: the seconds count from the warm-up steps' end)."""
+    count = min(max(warmup_steps, 0), len(ends_s))
+    if warmup_s > 0 and count > 0:
+        count = bisect.bisect_right(ends_s, ends_s[count - 1] + warmup_s)
+    return count
+
+
+def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], warmup_steps: int,
+                      warmup_s: float = 0.0) -> dict[Any, list[tuple[float, float]]]:
+    """Each worker's ``(start, end)`` steps by end time, without its own warm-up (:func:`warmup_count`).
 
     Every worker warms up on its own, as it does alone: its first steps run slow whatever the
     others do (the emulated server's second resnet50 step took 2x its steady time, a board's
@@ -137,8 +150,11 @@ def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], wa
     2-37 % (mean 19 %) under their rates later in the same run, against -4 to 16 % (mean 7 %) with
     the solo run's warm-up per worker (docs/training.md, pre-training step 3), so the sets
     measured a contention the trainings did not have."""
-    skip = max(warmup_steps, 0)
-    return {worker: sorted(steps, key=lambda step: step[1])[skip:] for worker, steps in by_worker.items()}
+    kept = {}
+    for worker, steps in by_worker.items():
+        ordered = sorted(steps, key=lambda step: step[1])
+        kept[worker] = ordered[warmup_count([end for _, end in ordered], warmup_steps, warmup_s):]
+    return kept
 
 
 def common_steady_steps(kept: Mapping[Any, Sequence[tuple[float, float]]]
@@ -184,6 +200,7 @@ class RunResult:
     closures_scheduled: int = 0
     warmup_steps: int = 0
     stopped: bool = False
+    warmup_s: float = 0.0
     round_starts_wall_s: list[float] = field(default_factory=list)
 
     @property
@@ -197,12 +214,13 @@ class RunResult:
         return [end - start for start, end, w in rows if worker is None or w == worker]
 
     def measurement_window(self) -> tuple[float, float, int]:
-        """``(t0_wall_s, t1_wall_s, steps)``: from the end of the warm-up steps (the run's start
-        when there are none) to the last completion, and the applied steps completed inside."""
+        """``(t0_wall_s, t1_wall_s, steps)``: from the end of the warm-up (the run's start when
+        there is none; :func:`warmup_count` over all completions, at least one step left) to the
+        last completion, and the applied steps completed inside."""
         ends = sorted(end for _, end, _ in self.step_times)
         if not ends:
             return self.start_wall_s, self.end_wall_s, 0
-        warmup = min(self.warmup_steps, len(ends) - 1)
+        warmup = min(warmup_count(ends, self.warmup_steps, self.warmup_s), len(ends) - 1)
         t0 = ends[warmup - 1] if warmup > 0 else self.start_wall_s
         return t0, ends[-1], len(ends) - warmup
 
@@ -231,7 +249,7 @@ class RunResult:
         the step a worker was in at ``t0``, which it does not count — on average half a step, a
         tenth of a board's rate over a window of five of its steps."""
         by_worker = self._steps_by_worker()
-        kept = steps_past_warmup(by_worker, self.warmup_steps)
+        kept = steps_past_warmup(by_worker, self.warmup_steps, self.warmup_s)
         workers = set(self.steps_per_worker) | set(kept)
         if len(workers) < 2:
             return None
@@ -279,7 +297,7 @@ class RunResult:
 
     def _kept_steps(self) -> dict[str, list[tuple[float, float]]]:
         """Each worker's (start, end) steps after its own warm-up, by end time."""
-        return steps_past_warmup(self._steps_by_worker(), self.warmup_steps)
+        return steps_past_warmup(self._steps_by_worker(), self.warmup_steps, self.warmup_s)
 
     def worker_steps_per_s(self, steady_only: bool = False) -> dict[str, float]:
         """Each worker's own steady rate: its steps after its warm-up, over the span
