@@ -420,8 +420,10 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     for w in lagging:
         steps = by_worker[w]
         step_s = sum(end - start for start, end in steps) / len(steps) if steps else span_s
-        if len(steps) >= max(spec.warmup_steps, 1):
-            warm_left_s = max(steps[spec.warmup_steps - 1][1] + spec.warmup_s - last_end_s, 0.0) if spec.warmup_steps else 0.0
+        if not spec.warmup_steps:
+            warm_left_s = 0.0
+        elif len(steps) >= spec.warmup_steps:  # in the seconds after its warm-up steps
+            warm_left_s = max(steps[spec.warmup_steps - 1][1] + spec.warmup_s - last_end_s, 0.0)
         else:
             warm_left_s = spec.warmup_s
         short_s = max(short_s, (max(spec.warmup_steps - len(steps), 0) + 2) * step_s + warm_left_s)
