@@ -76,11 +76,17 @@ def test_the_warm_up_holds_its_steps_and_the_seconds_after_them():
     assert warmup_count(ends, 3, warmup_s=1.0) == 5          # 3.5 and 4.0 end within 1 s of step 3
     assert warmup_count(ends, 0, warmup_s=1.0) == 0          # no warm-up steps: the seconds have no start
     assert warmup_count(ends[:2], 3, warmup_s=1.0) == 2
+    # a run cut inside the seconds keeps the later half of its steps past the warm-up steps (4 → 2),
+    # unless the seconds are counted in full (the engine sizing an extension)
+    assert warmup_count(ends, 3, warmup_s=10.0) == 5
+    assert warmup_count(ends, 3, warmup_s=10.0, at_most_half=False) == 7
     # per worker: each from the end of its own warm-up steps
     kept = steps_past_warmup({"fast": [(e - 0.5, e) for e in ends], "slow": [(0.0, 5.0), (5.0, 9.0)]}, 1, 2.0)
     assert [end for _, end in kept["fast"]] == [3.5, 4.0, 6.0, 7.0] and kept["slow"] == [(5.0, 9.0)]
-    # one worker's window opens at the last completion in the seconds: 100.4 + 0.6
-    assert _result(warmup_s=0.6).measurement_window() == (101.0, 101.5, 1)
+    # one worker: the window opens at the last completion in the seconds (100.4 + 0.3), or, where
+    # the seconds hold more than half of the steps past the warm-up step, at that half's start
+    assert _result(warmup_s=0.3).measurement_window() == (100.6, 101.5, 2)
+    assert _result(warmup_s=0.6).measurement_window() == (100.6, 101.5, 2)
     assert RunResult.from_dict(_result(warmup_s=0.6).to_dict()).warmup_s == 0.6
 
 

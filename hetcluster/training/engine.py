@@ -381,7 +381,8 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
     ends = sorted(s.end_s for s in stamps if s.applied)
     if len(ends) < 2:
         return min(room, 2)
-    warm = warmup_count(ends, spec.warmup_steps, spec.warmup_s)
+    # sized for the warm-up's seconds in full (a measurement may take only half of a capped run's)
+    warm = warmup_count(ends, spec.warmup_steps, spec.warmup_s, at_most_half=False)
     if len(ends) - warm >= 2:  # the rate past the warm-up, else (still in it) since the first completion
         opened_s = ends[warm - 1 if warm else 0]
         rate = (len(ends) - warm - (0 if warm else 1)) / max(ends[-1] - opened_s, 1e-6)
@@ -406,7 +407,7 @@ def _steady_window_shortfall_s(spec: TrainSpec, stamps: list[_Stamp], n_workers:
     for stamp in sorted((s for s in stamps if s.applied), key=lambda s: s.end_s):
         by_worker[stamp.worker_index].append((stamp.start_s, stamp.end_s))
     span_s = max(s.end_s for s in stamps) - min(s.start_s for s in stamps)
-    kept = steps_past_warmup(by_worker, spec.warmup_steps, spec.warmup_s)
+    kept = steps_past_warmup(by_worker, spec.warmup_steps, spec.warmup_s, at_most_half=False)
     common = common_steady_steps(kept)
     if common is None:
         lagging = [w for w, steps in kept.items() if not steps]
