@@ -12,19 +12,24 @@ from hetcluster.profiling.pretrain import PretrainSettings
 from hetcluster.profiling.profile import DeviceProfile
 
 
+def _settings(**kwargs) -> PretrainSettings:
+    """Settings sized for the warm-up's steps alone (no warm-up seconds), as these tests count them."""
+    return PretrainSettings(**{"warmup_s": 0.0, **kwargs})
+
+
 def _device(name, steps_per_s, first_step_s):
     return DeviceProfile(name, steps_per_s, 0.0, 10.0, 5.0, steps=10, time_s=1.0, energy_j=10.0,
                          first_step_s=first_step_s, startup_s=first_step_s)
 
 
 def test_step_cap_defaults_to_five_runs_worth_and_never_below_steps_per_run():
-    assert PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0).step_cap == 50
-    assert PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_steps_per_run=30).step_cap == 30
-    assert PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_steps_per_run=4).step_cap == 10
+    assert _settings(steps_per_run=10, warmup_steps=3).step_cap == 50
+    assert _settings(steps_per_run=10, warmup_steps=3, max_steps_per_run=30).step_cap == 30
+    assert _settings(steps_per_run=10, warmup_steps=3, max_steps_per_run=4).step_cap == 10
     with pytest.raises(ProfileError, match="negative"):
-        PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, min_window_s=-1.0)
+        _settings(steps_per_run=10, warmup_steps=3, min_window_s=-1.0)
     with pytest.raises(ProfileError, match="negative"):
-        PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_window_s=-1.0)
+        _settings(steps_per_run=10, warmup_steps=3, max_window_s=-1.0)
     with pytest.raises(ProfileError, match="negative"):
         PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=-1.0)
 
@@ -42,26 +47,26 @@ def test_step_cap_keeps_pretraining_a_third_of_the_job():
 
 
 def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():
-    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, min_window_s=3.0, max_steps_per_run=400)
+    settings = _settings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
     # the start barrier: one step each per warm-up round, whatever it costs in time (the phone's
     # 20 s first step no longer lets the server take 90 steps, nor its next two another 20): 2 × 3;
     # then each takes 2 more: the phone's 2 steps at 0.5/s take 4 s, longer than the 3 s window;
     # 4 s at 5/s and 0.5/s is 22 steps
     assert settings.set_steps([server, phone]) == 28
-    capped = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, min_window_s=3.0, max_steps_per_run=20)
+    capped = _settings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=20)
     assert capped.set_steps([server, phone]) == 20
     # two quick devices: their warm-up rounds, then the 3 s window
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
     assert settings.set_steps(quick) == 6 + 90             # 30 steps/s over 3 s
     # each of two members needs its own warm-up (3, the barrier's first step one of them) and two
     # steps: 2 × 5, but never fewer than steps_per_run
-    assert PretrainSettings(steps_per_run=5, warmup_steps=3, warmup_s=0.0, min_window_s=0.0).set_steps(
+    assert _settings(steps_per_run=5, warmup_steps=3, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 10
-    assert PretrainSettings(steps_per_run=20, warmup_steps=3, warmup_s=0.0, min_window_s=0.0).set_steps(
+    assert _settings(steps_per_run=20, warmup_steps=3, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 20
     # no warm-up: the barrier's step is kept, one more each makes two
-    assert PretrainSettings(steps_per_run=2, warmup_steps=0, warmup_s=0.0, min_window_s=0.0).set_steps(
+    assert _settings(steps_per_run=2, warmup_steps=0, min_window_s=0.0).set_steps(
         [_device("a", 1.0, 0.0), _device("b", 1.0, 0.0)]) == 6
 
 
@@ -69,7 +74,7 @@ def test_a_set_is_sized_for_the_seconds_after_its_warm_up_steps():
     # past the barrier's rounds (2 × 3 steps) every member runs its warm-up's seconds before the
     # window opens: 3 s at 5 + 0.5 steps/s is 16.5 more steps than without them
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
-    without = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_steps_per_run=400)
+    without = _settings(steps_per_run=10, warmup_steps=3, max_steps_per_run=400)
     default = PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=400)
     assert default.warmup_s == 3.0
     assert without.set_steps([server, phone]) == 6 + 22
@@ -77,12 +82,12 @@ def test_a_set_is_sized_for_the_seconds_after_its_warm_up_steps():
 
 
 def test_a_set_may_use_its_share_of_what_the_phase_budget_leaves():
-    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_steps_per_run=27, max_phase_steps=666)
+    settings = _settings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27, max_phase_steps=666)
     # solo runs took 66 steps: 600 left for three sets → 200 each, then the share of what is left
     assert settings.set_cap(66, 3) == 200
     assert settings.set_cap(366, 1) == 300
     assert settings.set_cap(660, 1) == 27                  # never below the per-run cap
-    assert PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
+    assert _settings(steps_per_run=10, warmup_steps=3, max_steps_per_run=27).set_cap(66, 3) == 27  # no budget
     server, phone = _device("server", 5.0, 2.0), _device("phone", 0.5, 20.0)
     assert settings.set_steps([server, phone], cap=200) == 28 and settings.set_steps([server, phone], cap=20) == 20
 
@@ -91,8 +96,8 @@ def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
     # two quick devices at 20/s and 10/s after the barrier's three rounds (6 steps): W s of window
     # take 6 + 30 W steps
     quick = [_device("a", 20.0, 1.0), _device("b", 10.0, 2.0)]
-    settings = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, min_window_s=3.0, max_window_s=10.0,
-                                max_steps_per_run=27, max_phase_steps=2000)
+    settings = _settings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_window_s=10.0,
+                         max_steps_per_run=27, max_phase_steps=2000)
     assert settings.set_window_s(quick, cap=400) == 10.0                   # 306 steps fit
     assert settings.set_window_s(quick, cap=90) == 3.0                     # 96 > 90: never under 3 s
     window_s = settings.set_window_s(quick, cap=200)                       # 30 W + 6 ≤ 200 → W = 6.47
@@ -100,6 +105,6 @@ def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
     assert settings.set_steps(quick, cap=200, window_s=window_s) <= 200
     assert settings.set_steps(quick, cap=200, window_s=window_s + 0.1) == 200  # capped just above
     # no job size, no phase budget: the minimum window, as before
-    no_budget = PretrainSettings(steps_per_run=10, warmup_steps=3, warmup_s=0.0, min_window_s=3.0, max_steps_per_run=400)
+    no_budget = _settings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     assert no_budget.set_window_s(quick, cap=400) == 3.0
     assert no_budget.set_steps(quick, cap=400) == 96

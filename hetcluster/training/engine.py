@@ -387,8 +387,11 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
         opened_s = ends[warm - 1 if warm else 0]
         rate = (len(ends) - warm - (0 if warm else 1)) / max(ends[-1] - opened_s, 1e-6)
     else:
-        opened_s = ends[min(spec.warmup_steps, len(ends)) - 1] + spec.warmup_s if warm >= len(ends) else ends[warm - 1]
         rate = (len(ends) - 1) / max(ends[-1] - ends[0], 1e-6)
+        if warm < len(ends):  # one step past the warm-up
+            opened_s = ends[warm - 1]
+        else:  # still in it: the window opens when the seconds after its warm-up steps end
+            opened_s = ends[min(spec.warmup_steps, len(ends)) - 1] + spec.warmup_s
     if n_workers > 1:
         short_s = _steady_window_shortfall_s(spec, stamps, n_workers)
     else:  # the window opens at opened_s (past the last completion while the warm-up's seconds run)
