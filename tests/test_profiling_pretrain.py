@@ -101,6 +101,11 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     assert 0.9 * 3.0 * profile.pretrain_time_s <= profile.pretrain_energy_j <= 9.0 * profile.pretrain_time_s
     assert any(kind == "excluded" and d.get("device") == "ghost" for kind, d in events)
     assert any(kind == "progress" for kind, _ in events)
+    # each finished run hands over its RunResult: four runs, their applied steps the phase's
+    done_runs = [d for kind, d in events if kind == "run_done"]
+    assert [sorted({w for _, _, w in d["result"].step_times}) for d in done_runs] == [
+        ["fast"], ["slow"], ["fast", "slow"], [twice.name]]
+    assert sum(d["result"].steps_applied for d in done_runs) == profile.pretrain_steps
 
     json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
     assert load_profile(json_path) == profile

@@ -42,17 +42,25 @@ def phase_budget_steps(total_steps: int | None) -> int:
     return (total_steps or 0) // 3
 
 
+def settings_for_job(steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> Any:
+    """PretrainSettings for a job of ``total_steps`` on ``n_devices``: each run capped at its share
+    of the phase's budget (step_cap_for_job), the phase at a third of the job (phase_budget_steps)."""
+    from hetcluster.profiling.pretrain import PretrainSettings
+
+    return PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
+                            max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices),
+                            max_phase_steps=phase_budget_steps(total_steps))
+
+
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
                                  warmup_steps: int, console: Console, device_names: list[str] | None = None,
                                  total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically."""
-    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.pretrain import run_pretraining
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
-    settings = PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                                max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, len(device_names or fleet.names)),
-                                max_phase_steps=phase_budget_steps(total_steps))
+    settings = settings_for_job(steps_per_run, warmup_steps, total_steps, len(device_names or fleet.names))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)

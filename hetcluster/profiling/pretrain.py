@@ -77,7 +77,8 @@ PRETRAIN_POWER_RATE_HZ = 10.0
 # contention than the trainings had (docs/experiments.md, "The seconds after the warm-up").
 WARMUP_S = 3.0
 
-# on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done", "progress"
+# on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
+# its step stamps included), "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
 
 
@@ -238,7 +239,7 @@ class _Phase:
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
         t0, t1, _ = result.measurement_window()
         self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
-                                   "lost": list(result.lost_workers)})
+                                   "lost": list(result.lost_workers), "result": result})
         return result, t0, t1
 
 
