@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="first run the pre-training of a job of this many steps (10 steps per run)")
     parser.add_argument("--out-dir", type=Path)
     args = parser.parse_args(argv)
-    unknown = [label for label in args.runs.split(",") for n in label.split("+") if n not in args.devices.split(",")]
+    unknown = [n for label in args.runs.split(",") for n in label.split("+") if n not in args.devices.split(",")]
     if unknown or args.steps < 1:
         parser.error(f"devices {unknown} are not in --devices" if unknown else "--steps must be positive")
     name = (f"{args.model}-{f'pretrain{args.pretrain_total_steps}-' if args.pretrain_total_steps else ''}"
