@@ -95,8 +95,8 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
 
     inventory = load_inventory(inventory_path)
     model = _model(args)
-    recorders = [PowerRecorder(inventory.device(n).client(), rate_hz=args.power_hz).start()
-                 for n in inventory.names] if args.power_hz > 0 else []
+    clients = [inventory.device(n).client() for n in inventory.names] if args.power_hz > 0 else []
+    recorders = [PowerRecorder(client, rate_hz=args.power_hz).start() for client in clients]
     steps_total = 0
     try:
         with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir:
@@ -115,6 +115,8 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
     finally:
         for recorder in recorders:
             recorder.stop()
+        for client in clients:
+            client.close()
 
 
 def report(label: str, result: Any, barrier: bool, bin_s: float) -> None:
