@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS, emulated_fleet, machine_info, write_json  # noqa: E402
+from common import RESULTS, emulated_fleet, machine_info, read_json, write_json  # noqa: E402
 
 
 def free_start_s(result: Any, barrier: bool) -> float:
@@ -53,6 +53,19 @@ def duration_bins(result: Any, worker: str, start_s: float, bin_s: float) -> lis
     return [statistics.fmean(bins[i]) if i in bins else None for i in range(last + 1)]
 
 
+def write_run(path: Path, result: Any, **labels: Any) -> None:
+    """One run's file: its RunResult (stamps, rounds) beside ``labels`` (devices, barrier)."""
+    write_json(path, {**labels, **result.to_dict()})
+
+
+def read_run(path: Path) -> Any:
+    """The RunResult of a file :func:`write_run` wrote, its labels left out."""
+    from hetcluster.training.spec import RunResult
+
+    data = read_json(path)
+    return RunResult.from_dict({key: value for key, value in data.items() if key not in ("devices", "barrier")})
+
+
 def run_pretraining_phase(inventory_path: Path, args: argparse.Namespace, out_dir: Path) -> None:
     """A job's pre-training with the CLI's settings; each run's stamps to pretrain-<k>-<devices>.json."""
     from hetcluster.cli.pretraining import settings_for_job
@@ -61,18 +74,17 @@ def run_pretraining_phase(inventory_path: Path, args: argparse.Namespace, out_di
 
     inventory = load_inventory(inventory_path)
     settings = settings_for_job(10, args.warmup_steps, args.pretrain_total_steps, len(inventory.names))
-    runs: list[Any] = []
+    runs: list[tuple[list[str], Any]] = []
 
     def on_event(kind: str, details: dict[str, Any]) -> None:
         if kind == "run_done":
-            runs.append(details["result"])
+            runs.append((sorted(details["devices"]), details["result"]))
 
     with tempfile.TemporaryDirectory(prefix="step-stamps-pretrain-") as checkpoint_dir:
         profile = run_pretraining(inventory, _model(args), checkpoint_dir, settings=settings, on_event=on_event)
     write_json(out_dir / "pretrain-profile.json", profile.to_dict())
-    for index, result in enumerate(runs):
-        names = sorted({worker for _, _, worker in result.step_times})
-        write_json(out_dir / f"pretrain-{index}-{'+'.join(names)}.json", {"devices": names, **result.to_dict()})
+    for index, (names, result) in enumerate(runs):
+        write_run(out_dir / f"pretrain-{index}-{'+'.join(names)}.json", result, devices=names)
     for run in profile.runs:
         rates = {n: steps / run.time_s for n, steps in run.per_device_steps.items()}
         print(f"pre-training set {'+'.join(run.devices)}: window {run.time_s:.2f} s, "
@@ -110,7 +122,7 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
                                     wait=False) as launched:
                     result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready)
                 steps_total = result.steps_total
-                write_json(out_dir / f"{label}.json", {"devices": names, "barrier": barrier, **result.to_dict()})
+                write_run(out_dir / f"{label}.json", result, devices=names, barrier=barrier)
                 report(label, result, barrier, args.bin_s)
     finally:
         for recorder in recorders:

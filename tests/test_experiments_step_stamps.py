@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -38,17 +37,21 @@ def test_bins_start_where_the_barrier_rounds_end():
 
 
 def test_a_recorded_pretraining_set_runs_slow_after_its_barrier():
-    data = json.loads((RECORDED / "pretrain-3-jetson-tx2+phone+server.json").read_text())
-    result = RunResult.from_dict({k: v for k, v in data.items() if k != "devices"})
+    result = step_stamps.read_run(RECORDED / "pretrain-3-jetson-tx2+phone+server.json")
     start_s = step_stamps.free_start_s(result, barrier=True)
     assert start_s == result.round_starts_wall_s[3]   # three barrier rounds of one step per member
     [first] = step_stamps.duration_bins(result, "server", start_s, 3.0)
-    long_run = json.loads((RECORDED / "server+jetson-tx2+phone.json").read_text())
-    steady = RunResult.from_dict({k: v for k, v in long_run.items() if k not in ("devices", "barrier")})
+    steady = step_stamps.read_run(RECORDED / "server+jetson-tx2+phone.json")
     late = [d for d in step_stamps.duration_bins(steady, "server", step_stamps.free_start_s(steady, True), 3.0)[3:] if d]
     # what docs/experiments.md reports: 80-171 ms steps after the set's barrier (110 ms on the mean),
     # 71-87 ms later in a long run of the same set
     assert first == pytest.approx(0.110, abs=0.005) and 0.070 < min(late) and max(late) < 0.090
+
+
+def test_a_run_file_reads_back_as_its_run_result(tmp_path):
+    result = step_stamps.read_run(RECORDED / "server+jetson-tx2.json")
+    step_stamps.write_run(tmp_path / "run.json", result, devices=["server", "jetson-tx2"], barrier=True)
+    assert step_stamps.read_run(tmp_path / "run.json") == result
 
 
 def test_runs_must_name_devices_of_the_fleet(capsys):
