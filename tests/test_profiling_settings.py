@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from hetcluster.cli.pretraining import step_cap_for_job
 from hetcluster.errors import ProfileError
-from hetcluster.profiling.pretrain import PretrainSettings
+from hetcluster.profiling.pretrain import PretrainSettings, step_cap_for_job
 from hetcluster.profiling.profile import DeviceProfile
 
 
@@ -44,6 +43,14 @@ def test_step_cap_keeps_pretraining_a_third_of_the_job():
     # a tiny job: never fewer than steps_per_run
     assert step_cap_for_job(10, 120, 3) == 10
     assert step_cap_for_job(10, None, 3) == 0
+
+
+def test_settings_for_a_job_cap_each_run_and_the_phase():
+    sized = PretrainSettings.for_job(10, 3, 500, 3)
+    assert (sized.steps_per_run, sized.warmup_steps) == (10, 3)
+    assert (sized.max_steps_per_run, sized.max_phase_steps, sized.step_cap) == (27, 166, 27)
+    unsized = PretrainSettings.for_job(10, 3, None, 3)   # no job size: no budget, 5 runs' worth per run
+    assert (unsized.max_phase_steps, unsized.step_cap) == (0, 50)
 
 
 def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():

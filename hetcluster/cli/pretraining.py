@@ -24,43 +24,15 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
     return workdir / "profile.json", workdir / "checkpoints"
 
 
-def step_cap_for_job(steps_per_run: int, total_steps: int | None, n_devices: int, max_sets: int = 3) -> int:
-    """The most steps one pre-training run may take when the job's size is known: its share of a
-    third of the job (each device alone and up to max_sets sets), never fewer than steps_per_run;
-    0 = the settings' default, 5 × steps_per_run (no job size known).
-
-    A fast device reaches its ``min_window_s`` well inside that share on a long job; an earlier
-    ceiling of 5 × steps_per_run cut a 5000-step job's server run at 47 measured steps (1.15 s,
-    its rate read 11 % under the mean of its two trainings), while 277 steps were its share."""
-    if total_steps is None:
-        return 0
-    return max(steps_per_run, phase_budget_steps(total_steps) // (n_devices + max_sets))
-
-
-def phase_budget_steps(total_steps: int | None) -> int:
-    """The most steps the whole pre-training phase may take: a third of the job (0: no budget)."""
-    return (total_steps or 0) // 3
-
-
-def settings_for_job(steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> Any:
-    """PretrainSettings for a job of ``total_steps`` on ``n_devices``: each run capped at its share
-    of the phase's budget (step_cap_for_job), the phase at a third of the job (phase_budget_steps)."""
-    from hetcluster.profiling.pretrain import PretrainSettings
-
-    return PretrainSettings(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                            max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices),
-                            max_phase_steps=phase_budget_steps(total_steps))
-
-
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
                                  warmup_steps: int, console: Console, device_names: list[str] | None = None,
                                  total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically."""
-    from hetcluster.profiling.pretrain import run_pretraining
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
-    settings = settings_for_job(steps_per_run, warmup_steps, total_steps, len(device_names or fleet.names))
+    settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps, len(device_names or fleet.names))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)
