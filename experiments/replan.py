@@ -158,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
         log.info("results in %s", out)
         return 0
-    from choice_accuracy import FULL, REDUCED, render
+    from choice_accuracy import EXTRA, FULL, REDUCED, render
 
-    settings = {s.model: s for s in FULL + REDUCED}
+    settings = {s.model: s for s in FULL + REDUCED + EXTRA}
     out = (args.to or args.source / f"replanned{suffix}").resolve()
     done = []
     for result in recordings(args.source / "raw"):
