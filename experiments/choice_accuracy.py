@@ -68,8 +68,8 @@ FULL = (
     Setting("densenet121", "32x32x3", 8, 120, pretrain_steps=10, warmup_steps=3),
 )
 # Models run only when --models names them: Inception-v3 takes 75x75 inputs at the least, where a
-# 0.2-core phone would take about a second per image; on the emulated fleet without the phone a
-# step of batch 4 takes 0.16 s on the server, 0.46 s on the jetson-xavier, 0.72 s on the jetson-nano.
+# step of batch 4 took 0.16 s on the emulated server, 0.46 s on the jetson-xavier and 0.72 s on the
+# jetson-nano (results/choice_accuracy/full-x2-r2-inception-sxn), too slow for the default set.
 EXTRA = (
     Setting("inception_v3", "75x75x3", 4, 150, pretrain_steps=10, warmup_steps=3),
 )
