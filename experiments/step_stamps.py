@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first run the pre-training of a job of this many steps (10 steps per run)")
     parser.add_argument("--out-dir", type=Path)
     args = parser.parse_args(argv)
-    unknown = [n for label in args.runs.split(",") for n in label.split("+") if n not in args.devices.split(",")]
+    devices = args.devices.split(",")
+    unknown = [n for label in args.runs.split(",") for n in label.split("+") if n not in devices]
     if unknown or args.steps < 1:
         parser.error(f"devices {unknown} are not in --devices" if unknown else "--steps must be positive")
     name = (f"{args.model}-{f'pretrain{args.pretrain_total_steps}-' if args.pretrain_total_steps else ''}"
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or RESULTS / "step_stamps" / name
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "machine.json", {"before": machine_info(), "command": sys.argv})
-    with emulated_fleet(Path(tempfile.gettempdir()) / "hetcluster-step-stamps", args.devices.split(","),
+    with emulated_fleet(Path(tempfile.gettempdir()) / "hetcluster-step-stamps", devices,
                         name="stepstamps") as inventory:
         if args.pretrain_total_steps > 0:
             run_pretraining_phase(inventory, args, out_dir)

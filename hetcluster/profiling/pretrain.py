@@ -113,9 +113,10 @@ class PretrainSettings:
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> "PretrainSettings":
         """The settings for a job of ``total_steps`` on ``n_devices`` (what `profile`, `plan`, `train`
         and `evaluate` use): each run capped at its share of the phase's budget (step_cap_for_job),
-        the phase at a third of the job (phase_budget_steps); no job size, no budget."""
+        the phase at a third of the job (phase_budget_steps), shared by each device alone and the
+        settings' ``max_sets`` sets; no job size, no budget."""
         return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                   max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices),
+                   max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices, cls.max_sets),
                    max_phase_steps=phase_budget_steps(total_steps))
 
     @property
