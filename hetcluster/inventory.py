@@ -37,6 +37,7 @@ _DEVICE_KEYS = {
     "memory_budget_bytes",
     "idle_power_counts",
     "profile",
+    "device_class",
 }
 _CREDENTIAL_KEYS = ("token_file", "ca_file", "cert_file", "key_file")
 
@@ -55,6 +56,8 @@ class DeviceEntry:
     memory_budget_bytes: int | None = None
     idle_power_counts: bool | None = None
     profile: str | None = None
+    device_class: str | None = None   # identical devices share it: pre-training measures one of
+                                      # them alone, the planner groups them (docs/inventory.md)
 
     @property
     def host(self) -> str:
@@ -193,6 +196,7 @@ def _device(raw: Any, index: int, base_dir: Path) -> DeviceEntry:
         raise ConfigError(f"{where} memory_budget_bytes must be a positive integer, got {budget!r}.", hint="give bytes, e.g. 4294967296.")
     server_name = _str(raw, "server_name", where, "") or None
     profile = _str(raw, "profile", where, "") or None
+    device_class = _str(raw, "device_class", where, "") or None
     idle = raw.get("idle_power_counts")
     if idle is not None and not isinstance(idle, bool):
         raise ConfigError(f"{where} idle_power_counts must be true or false, got {idle!r}.", hint="write true or false.")
@@ -203,6 +207,7 @@ def _device(raw: Any, index: int, base_dir: Path) -> DeviceEntry:
         memory_budget_bytes=budget,
         idle_power_counts=idle,
         profile=profile,
+        device_class=device_class,
         **files,
     )
 
@@ -240,7 +245,7 @@ def inventory_to_mapping(inventory: Inventory, relative_to: Path | None = None) 
             value = getattr(device, key)
             if value is not None:
                 entry[key] = path_text(value)
-        for key in ("server_name", "memory_budget_bytes", "idle_power_counts", "profile"):
+        for key in ("server_name", "memory_budget_bytes", "idle_power_counts", "profile", "device_class"):
             value = getattr(device, key)
             if value is not None:
                 entry[key] = value

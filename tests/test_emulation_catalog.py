@@ -74,3 +74,29 @@ def test_bad_user_catalog_is_a_clear_error(tmp_path, text, message):
 def test_unknown_device_name_lists_the_known_ones():
     with pytest.raises(ConfigError, match="no device profile 'toaster'.*server"):
         load_catalog().select(["toaster"])
+
+
+@pytest.mark.parametrize("names", [["server", "rpi4", "rpi4", "rpi4"], ["server", "rpi4*3"], ["rpi4*2", "server", "rpi4"]])
+def test_a_profile_named_more_than_once_is_that_many_numbered_identical_devices(names):
+    chosen = load_catalog().select(names)
+    rpi4 = load_catalog()["rpi4"]
+    copies = [p for p in chosen if p.name != "server"]
+    assert [p.name for p in copies] == ["rpi4-1", "rpi4-2", "rpi4-3"]
+    assert all(p.catalog_name == "rpi4" and p.compute_share == rpi4.compute_share for p in copies)
+    assert [p.catalog_name for p in chosen if p.name == "server"] == ["server"]
+
+
+@pytest.mark.parametrize("names, message", [
+    (["rpi4*0"], "has no count after"), (["rpi4*x"], "has no count after"), (["toaster*2"], "no device profile 'toaster'"),
+])
+def test_bad_device_counts_are_clear_errors(names, message):
+    with pytest.raises(ConfigError, match=message):
+        load_catalog().select(names)
+
+
+def test_a_numbered_copy_may_not_take_the_name_of_another_profile(tmp_path):
+    extra = tmp_path / "my.toml"
+    extra.write_text("[profiles.rpi4-1]\ncompute_share = 0.1\nmemory_budget_bytes = 1\nidle_w = 1\nbusy_w = 2\n"
+                     "link_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1\n")
+    with pytest.raises(ConfigError, match="'rpi4-1' would stand for two devices"):
+        load_catalog(extra).select(["rpi4-1", "rpi4", "rpi4"])

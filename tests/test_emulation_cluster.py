@@ -109,10 +109,15 @@ def test_up_status_down_on_loopback(tmp_path):
 
 @pytest.mark.slow
 def test_up_down_with_duty_cycling(tmp_path):
-    result, state_dir, _inventory = _up(tmp_path, "rpi4,phone", "--slowdown", "dutycycle")
+    # rpi4*2: two identical devices, numbered, one device class in the inventory
+    result, state_dir, inventory_path = _up(tmp_path, "rpi4*2,phone", "--slowdown", "dutycycle")
     assert result.returncode == 0, result.stderr
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
+        inventory = load_inventory(inventory_path)
+        assert [(d.name, d.profile, d.device_class) for d in inventory.devices] == [
+            ("rpi4-1", "rpi4", "rpi4"), ("rpi4-2", "rpi4", "rpi4"), ("phone", "phone", "phone")]
+        assert [d.share for d in state.devices] == [0.15, 0.15, 0.2]
         assert state.slowdown == "dutycycle" and not cgroup_dirs
         supervisors = [d.supervisor for d in state.devices]
         assert all(s is not None and s.process() is not None for s in supervisors)

@@ -35,6 +35,7 @@ key_file = "creds/client.key"
 server_name = "agent-a"
 memory_budget_bytes = 4294967296
 idle_power_counts = true
+device_class = "jetson-nano"
 
 [[devices]]
 name = "b"
@@ -64,6 +65,7 @@ def test_write_then_load_round_trips_with_relative_paths(tmp_path):
     assert "../creds/token" in out.read_text()
     again = load_inventory(out)
     assert again.devices == original.devices
+    assert again.device("a").device_class == "jetson-nano" and again.device("b").device_class is None
     assert (again.name, again.network) == (original.name, original.network)
 
 
@@ -81,6 +83,8 @@ def test_write_then_load_round_trips_with_relative_paths(tmp_path):
         ('[[devices]]\nname = "a"\naddress = "h:1"\ncert_file = "creds/client.crt"\n', None, "only one of cert_file/key_file"),
         ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n', 'network = "wifi"', "cluster.network 'wifi'"),
         ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n', 'speed = 3', "unknown key in [cluster]: speed"),
+        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\ndevice_class = 3\n', None,
+         "device 'a': device_class must be a string"),
         ("", None, "lists no devices"),
     ],
 )

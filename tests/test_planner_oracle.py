@@ -128,3 +128,18 @@ def test_large_fleets_switch_to_classes_and_search():
     listed = plan(small, (), job, "time", mode="auto")   # 24 devices > 20: classes, all listed
     assert listed.table.attrs["mode"] == "classes" and "search" not in listed.table.attrs
     assert len(listed.table) == 9 ** 3 - 1
+
+
+def test_auto_groups_a_small_fleet_whose_devices_share_a_class_and_lists_each_composition_once():
+    devices, runs, job = random_fleet(3)
+    models = FittedModels.fit(devices, runs, job)
+    counts = Counter(d.class_key for d in devices)
+    assert max(counts.values()) > 1 and len(devices) <= 20
+    auto = plan(devices, runs, job, "edp", models=models)
+    exact = plan(devices, runs, job, "edp", mode="devices", models=models)
+    assert auto.table.attrs["mode"] == "classes"
+    assert len(auto.table) == np.prod([c + 1 for c in counts.values()]) - 1 < len(exact.table)
+    assert auto.table["edp_js"].iloc[0] == pytest.approx(exact.table["edp_js"].iloc[0], rel=1e-6)
+    # devices of no shared class are listed one by one, as before
+    lone = [DeviceMeasurement(d.name, d.steps_per_s, d.busy_power_w, d.idle_power_w) for d in devices]
+    assert plan(lone, runs, job, "edp", models=FittedModels.fit(lone, runs, job)).table.attrs["mode"] == "devices"

@@ -25,17 +25,16 @@ class TaskAwareSource(PowerSource):
         return self._sample(self.busy_w if busy else self.idle_w)
 
 
-@pytest.fixture
-def fleet(tmp_path):
+def start_fleet(tmp_path, devices_spec, extra=()):
+    """In-process agents for (name, idle_w, busy_w, device_class) rows; returns (inventory, servers)."""
     from hetcluster.agent.config import AgentConfig
     from hetcluster.agent.credentials import generate_credentials
     from hetcluster.agent.server import AgentServer
     from hetcluster.inventory import inventory_from_mapping
-    from hetcluster.training.servers import free_address
 
     creds = generate_credentials(tmp_path / "creds")
     servers, devices = [], []
-    for name, idle_w, busy_w in (("fast", 2.0, 6.0), ("slow", 1.0, 3.0)):
+    for name, idle_w, busy_w, device_class in devices_spec:
         config = AgentConfig.from_mapping({"agent": {"name": name, "listen": "127.0.0.1:0",
                                                      "state_dir": str(tmp_path / name)},
                                             "auth": {"token_file": str(creds.token)}}, tmp_path)
@@ -43,11 +42,21 @@ def fleet(tmp_path):
         server = AgentServer(config, source, probe_hardware=False).start()
         source.state = server.state
         servers.append(server)
-        devices.append({"name": name, "address": server.address, "token_file": str(creds.token)})
-    devices.append({"name": "ghost", "address": free_address("127.0.0.1"), "token_file": str(creds.token)})  # no agent
+        devices.append({"name": name, "address": server.address, "token_file": str(creds.token),
+                        **({"device_class": device_class} if device_class else {})})
+    devices += [{**entry, "token_file": str(creds.token)} for entry in extra]
     inventory = inventory_from_mapping({"cluster": {"name": "t", "network": "loopback",
                                                     "parameter_server_host": "127.0.0.1"},
                                         "devices": devices}, tmp_path)
+    return inventory, servers
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    from hetcluster.training.servers import free_address
+
+    inventory, servers = start_fleet(tmp_path, (("fast", 2.0, 6.0, None), ("slow", 1.0, 3.0, None)),
+                                     extra=[{"name": "ghost", "address": free_address("127.0.0.1")}])  # no agent
     yield inventory
     for server in servers:
         server.stop()
@@ -118,3 +127,47 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
 
     validate_inputs(devices, runs, job)
     assert job.pretrain_steps == done and job.remaining_steps == 500 - done
+
+
+@pytest.fixture
+def class_fleet(tmp_path):
+    inventory, servers = start_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),
+                                                ("board-2", 1.5, 3.0, "board")))
+    yield inventory
+    for server in servers:
+        server.stop()
+
+
+def test_pretraining_measures_one_device_of_a_class_alone_and_gives_its_figures_to_the_others(class_fleet, tmp_path):
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
+
+    events = []
+    settings = PretrainSettings(steps_per_run=10, warmup_steps=2, idle_s=1.0, max_sets=1, min_window_s=0.5,
+                                max_steps_per_run=20, recheck_fastest=False)
+    profile = run_pretraining(class_fleet, ModelSpec("small_cnn", (16, 16, 3), 4, 8), str(tmp_path / "ckpt"),
+                              settings=settings, on_event=lambda kind, details: events.append((kind, details)))
+
+    # two solo runs for three devices (board-2 is board-1's class), then the set of all three
+    started = [d["devices"] for kind, d in events if kind == "run_start"]
+    assert started[:2] == [["board-1"], ["other"]] and len(started) == 3   # (the set's names go fastest first)
+    assert sorted(started[2]) == ["board-1", "board-2", "other"]
+    assert [d.name for d in profile.devices] == ["board-1", "other", "board-2"]
+    board1, other, board2 = profile.devices
+    assert (board1.device_class, other.device_class, board2.device_class) == ("board", None, "board")
+    assert board1.measured_on == "" and other.measured_on == "" and board2.measured_on == "board-1"
+    assert board2.steps_per_s == board1.steps_per_s and board2.busy_power_w == board1.busy_power_w
+    assert board2.startup_s == board1.startup_s
+    assert board2.idle_power_w == pytest.approx(1.5, abs=0.01)   # its own idle power
+    assert board1.idle_power_w == pytest.approx(1.0, abs=0.01)
+    [run] = profile.runs
+    assert set(run.per_device_steps) == {"board-1", "board-2", "other"}
+
+    json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
+    assert load_profile(json_path) == profile
+    import pandas as pd
+
+    table = pd.read_parquet(parquet_path)   # the copy has its idle row, no solo row of its own
+    assert sorted(table["kind"]) == ["idle", "idle", "idle", "set", "solo", "solo", "startup", "startup"]
+    devices, _, _ = to_planner_inputs(profile, total_steps=400)
+    assert [d.class_key for d in devices] == ["board", None, "board"]

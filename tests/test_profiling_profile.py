@@ -71,6 +71,15 @@ def test_calibration_sets(rates, expected):
     assert calibration_sets(rates, max_sets=1) == expected[:1]
 
 
+def test_calibration_sets_measure_one_set_per_composition_of_classes():
+    rates = {"server": 9.0, "rpi4-1": 1.0, "rpi4-2": 1.0, "rpi4-3": 1.0}
+    classes = {"server": None, "rpi4-1": "rpi4", "rpi4-2": "rpi4", "rpi4-3": "rpi4"}
+    # the fastest with the slowest (server+rpi4-3) is the two fastest again (server+rpi4-1)
+    assert calibration_sets(rates, max_sets=4, class_of=classes) == [
+        ("server", "rpi4-1", "rpi4-2", "rpi4-3"), ("server", "rpi4-1"), ("rpi4-1", "rpi4-2", "rpi4-3")]
+    assert len(calibration_sets(rates, max_sets=4)) == 4   # without classes they are different devices
+
+
 def test_calibration_sets_fill_up_with_the_fastest_and_slowest_pair():
     rates = {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}
     assert calibration_sets(rates, max_sets=4)[3] == ("d", "a")
@@ -109,3 +118,17 @@ def test_profiles_written_before_solo_rates_were_kept_still_load():
     for device in data["devices"]:
         del device["solo_rates_steps_per_s"]
     assert Profile.from_dict(data).devices[0].solo_rates_steps_per_s == []
+
+
+def test_a_class_s_unmeasured_devices_take_the_measured_one_s_figures_and_keep_their_idle_power():
+    from hetcluster.profiling.pretrain import class_copies
+
+    board = DeviceProfile("b-1", 4.0, 0.1, 3.0, 1.0, 40, 10.0, 30.0, "model", first_step_s=2.0, startup_s=1.5,
+                          device_class="board")
+    lone = DeviceProfile("x", 9.0, 0.2, 6.0, 2.0, 90, 10.0, 60.0, "model")
+    classes = {"b-1": "board", "x": None, "b-2": "board", "y": None}
+    profiles = class_copies([board, lone], ["b-2", "x", "b-1", "y"], classes, {"b-1": 1.0, "b-2": 1.2, "x": 2.0, "y": 0.5})
+    assert [p.name for p in profiles] == ["b-2", "x", "b-1"]   # y (no class, not measured) has no figures
+    copy = profiles[0]
+    assert (copy.steps_per_s, copy.first_step_s, copy.device_class, copy.measured_on) == (4.0, 2.0, "board", "b-1")
+    assert copy.idle_power_w == 1.2 and profiles[2] is board and profiles[1] is lone

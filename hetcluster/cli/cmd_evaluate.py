@@ -124,8 +124,9 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     else:
         missing = [w for w in wanted if frozenset(w) not in predicted]
         if missing:
-            raise ConfigError(f"No prediction for {', '.join('+'.join(m) for m in missing)} (not in the profile's fleet).",
-                              hint="name devices that pre-training measured.")
+            raise ConfigError(f"No prediction for {', '.join('+'.join(m) for m in missing)} (not among the plan's configurations).",
+                              hint="name devices that pre-training measured; of a class of identical devices the plan "
+                                   "takes the first k (rpi4-1, then rpi4-2).")
         configs = [predicted[frozenset(w)] for w in wanted]
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}

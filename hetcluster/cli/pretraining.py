@@ -28,11 +28,12 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
                                  warmup_steps: int, console: Console, device_names: list[str] | None = None,
                                  total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically."""
-    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
-    settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps, len(device_names or fleet.names))
+    settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
+                                        solo_run_count(fleet, device_names or fleet.names))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training", total=None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -48,6 +49,12 @@ class DeviceProfile:
     link_latency_ms: float
     description: str = ""
     rationale: Mapping[str, str] = field(default_factory=dict)
+    profile_name: str = ""   # the catalog profile a numbered copy (rpi4-2) instantiates; "" = name
+
+    @property
+    def catalog_name(self) -> str:
+        """The catalog profile this device is: its own name, or the profile a numbered copy repeats."""
+        return self.profile_name or self.name
 
     @property
     def link_bandwidth_bytes_per_s(self) -> float:
@@ -62,17 +69,41 @@ class Catalog(dict[str, DeviceProfile]):
     """Profiles by name, with a helpful error for names that are not there."""
 
     def select(self, names: Iterable[str]) -> list[DeviceProfile]:
-        chosen: list[DeviceProfile] = []
-        for name in names:
+        """The profiles named, in order. A profile named more than once (``rpi4,rpi4`` or
+        ``rpi4*2``) stands for that many identical devices, numbered ``rpi4-1``, ``rpi4-2``, ...;
+        each copy keeps the profile's name in ``profile_name``, so the inventory gives them one
+        device class."""
+        wanted = [name for entry in names for name in _expand(entry)]
+        for name in wanted:
             if name not in self:
                 raise ConfigError(
                     f"no device profile {name!r} in the catalog.",
                     hint=f"use one of: {', '.join(sorted(self))}, or add it with --catalog my.toml.",
                 )
-            chosen.append(self[name])
-        if len({p.name for p in chosen}) != len(chosen):
-            raise ConfigError("a device appears twice in --devices.", hint="list each profile once.")
+        counts = Counter(wanted)
+        numbered: Counter[str] = Counter()
+        chosen: list[DeviceProfile] = []
+        for name in wanted:
+            if counts[name] == 1:
+                chosen.append(self[name])
+                continue
+            numbered[name] += 1
+            chosen.append(replace(self[name], name=f"{name}-{numbered[name]}", profile_name=name))
+        clash = sorted(name for name, n in Counter(p.name for p in chosen).items() if n > 1)
+        if clash:
+            raise ConfigError(f"device name {clash[0]!r} would stand for two devices (a profile of that name and a "
+                              "numbered copy).", hint="rename that catalog profile.")
         return chosen
+
+
+def _expand(entry: str) -> list[str]:
+    """``NAME*COUNT`` → COUNT × NAME; a plain name → itself."""
+    name, star, count = entry.partition("*")
+    if not star:
+        return [entry]
+    if not count.strip().isdigit() or int(count) < 1:
+        raise ConfigError(f"--devices entry {entry!r} has no count after '*'.", hint="write NAME*COUNT, e.g. rpi4*3.")
+    return [name.strip()] * int(count)
 
 
 def load_catalog(extra: Path | str | None = None, builtin: Path = BUILTIN_CATALOG) -> Catalog:

@@ -139,7 +139,7 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
         device_dir.mkdir(parents=True, exist_ok=True)
         device = DeviceState(
             name=profile.name,
-            profile=profile.name,
+            profile=profile.catalog_name,
             share=profile.compute_share,
             memory_budget_bytes=profile.memory_budget_bytes,
             config_path=str(device_dir / "agent.toml"),
@@ -185,6 +185,7 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
                 key_file=creds.client_key,
                 memory_budget_bytes=device.memory_budget_bytes,
                 profile=device.profile,
+                device_class=device.profile,   # one catalog profile: identical devices
             )
             for device in state.devices
         ),

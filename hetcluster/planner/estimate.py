@@ -183,16 +183,21 @@ def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]
     return table
 
 
-def resolve_mode(n_devices: int, mode: str) -> bool:
-    """True for class aggregation. mode: auto (classes when n > 20) | devices | classes."""
+def resolve_mode(devices, mode: str) -> bool:
+    """True for class aggregation. mode: auto | devices | classes. auto groups classes when there are
+    more than 20 devices, or when devices share a class_key: their measurements are one (pre-training
+    measured one of them alone), so listing rpi4-1+x and rpi4-2+x apart would only repeat rows."""
     if mode not in ("auto", "devices", "classes"):
         raise PlanningError(f"Unknown planning mode {mode!r}.", hint="use auto, devices or classes.")
+    n_devices = len(devices)
     if mode == "devices" and n_devices > EXACT_MAX_DEVICES + 4:
         raise PlanningError(
             f"Exact enumeration of {n_devices} devices ({2 ** n_devices - 1} configurations) is too large.",
             hint="use mode 'classes' and give identical devices the same class_key.",
         )
-    return mode == "classes" or (mode == "auto" and n_devices > EXACT_MAX_DEVICES)
+    keys = [d.class_key for d in devices if d.class_key is not None]
+    shared = len(set(keys)) < len(keys)
+    return mode == "classes" or (mode == "auto" and (n_devices > EXACT_MAX_DEVICES or shared))
 
 
 def estimate(
@@ -211,7 +216,7 @@ def estimate(
     """
     devices = tuple(devices)
     models = models or FittedModels.fit(devices, runs, job)
-    classes = resolve_mode(len(devices), mode)
+    classes = resolve_mode(devices, mode)
     if classes:
         from hetcluster.planner.fleet import class_units
 

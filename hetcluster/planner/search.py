@@ -56,7 +56,7 @@ def plan(
     objective = get_objective(objective)
     constraints = tuple(constraints)
     models = models or FittedModels.fit(devices, runs, job)
-    classes = resolve_mode(len(devices), mode) or bool(search)
+    classes = resolve_mode(devices, mode) or bool(search)
     required = tuple(n for c in constraints if isinstance(c, Require) for n in c.names)
     if not classes:
         return choose(estimate(devices, runs, job, mode="devices", models=models), objective, constraints)

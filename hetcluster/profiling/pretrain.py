@@ -40,7 +40,7 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from hetcluster.errors import AgentError, HetclusterError, ProfileError
@@ -111,8 +111,8 @@ class PretrainSettings:
 
     @classmethod
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> "PretrainSettings":
-        """The settings for a job of ``total_steps`` on ``n_devices`` (what `profile`, `plan`, `train`
-        and `evaluate` use): each run capped at its share of the phase's budget (step_cap_for_job),
+        """The settings for a job of ``total_steps`` whose pre-training measures ``n_devices`` alone
+        (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its share of the phase's budget (step_cap_for_job),
         the phase at a third of the job (phase_budget_steps), shared by each device alone and the
         settings' ``max_sets`` sets; no job size, no budget."""
         return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
@@ -409,7 +409,38 @@ def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProf
         first_step_s=mean_of_measured(first.first_step_s, second.first_step_s),
         startup_s=mean_of_measured(first.startup_s, second.startup_s),
         startup_power_w=mean_of_measured(first.startup_power_w, second.startup_power_w),
-        solo_rates_steps_per_s=[*first.solo_rates_steps_per_s, *second.solo_rates_steps_per_s])
+        solo_rates_steps_per_s=[*first.solo_rates_steps_per_s, *second.solo_rates_steps_per_s],
+        device_class=first.device_class, measured_on=first.measured_on)
+
+
+def device_classes(inventory: Any, names: Sequence[str]) -> dict[str, str | None]:
+    """Each device's class of identical devices from the inventory (None: a class of its own)."""
+    return {n: getattr(inventory.device(n), "device_class", None) for n in names}
+
+
+def solo_run_count(inventory: Any, names: Sequence[str]) -> int:
+    """How many devices pre-training measures alone: one per class, every device of no class."""
+    return len({cls or f"device:{name}" for name, cls in device_classes(inventory, names).items()})
+
+
+def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_of: dict[str, str | None],
+                 idle_w: dict[str, float]) -> list[DeviceProfile]:
+    """A DeviceProfile for every device of ``names`` that has one, in that order: its own solo
+    measurement, or — a device of a class whose other member was measured alone — a copy of that
+    member's (``measured_on`` names it) with the device's own idle power. Identical devices train
+    alike, so one solo run per class is enough: a fleet of 20 identical boards costs pre-training one
+    board's launch and window, not twenty."""
+    own = {d.name: d for d in measured}
+    of_class = {d.device_class: d for d in reversed(measured) if d.device_class}   # the first measured
+    profiles = []
+    for name in names:
+        if name in own:
+            profiles.append(own[name])
+        elif class_of.get(name) in of_class:
+            source = of_class[class_of[name]]
+            profiles.append(replace(source, name=name, idle_power_w=idle_w[name], measured_on=source.name,
+                                    solo_rates_steps_per_s=list(source.solo_rates_steps_per_s)))
+    return profiles
 
 
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
@@ -433,17 +464,22 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         time.sleep(settings.idle_s)
         idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
         phase.on_event("idle", {"idle_power_w": dict(idle_w)})
+        class_of = device_classes(inventory, available)
+        measured: list[DeviceProfile] = []   # the devices measured alone: one per class
         solo_run_steps: dict[str, int] = {}
         for name in available:
-            measured = _solo_profile(phase, name, idle_w[name])
-            if measured is not None:
-                devices.append(measured[0])
-                solo_run_steps[name] = measured[1]
+            if class_of[name] and any(class_of[d.name] == class_of[name] for d in measured):
+                continue   # its class was measured: it takes that device's figures (class_copies)
+            result = _solo_profile(phase, name, idle_w[name])
+            if result is not None:
+                measured.append(replace(result[0], device_class=class_of[name]))
+                solo_run_steps[name] = result[1]
+        devices = class_copies(measured, available, class_of, idle_w)
         solo = {d.name: d.steps_per_s for d in devices}
         by_name = {d.name: d for d in devices}
-        fastest = max(devices, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
+        fastest = max(measured, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
         reserved = solo_run_steps.get(fastest, 0)  # the recheck's steps, kept from the sets' budget
-        sets = calibration_sets(solo, settings.max_sets)
+        sets = calibration_sets(solo, settings.max_sets, class_of)
         for index, members in enumerate(sets):
             members = tuple(phase.usable(members))
             if len(members) < 2:
@@ -465,7 +501,8 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         if fastest is not None and fastest not in phase.excluded:
             again = _solo_profile(phase, fastest, idle_w[fastest], what="second solo run")
             if again is not None:
-                devices = [pool_solo_windows(d, again[0]) if d.name == fastest else d for d in devices]
+                measured = [pool_solo_windows(d, again[0]) if d.name == fastest else d for d in measured]
+                devices = class_copies(measured, available, class_of, idle_w)
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a
         # device waits, powered), matching pretrain_time_s, which is the phase's wall time too

@@ -32,6 +32,9 @@ class DeviceProfile:
     set-up saturates its cores). All three 0 in profiles written before they were recorded.
     ``solo_rates_steps_per_s``: each solo window's own rate, in order, when the device was
     measured alone more than once (pretrain.pool_solo_windows); the figures above pool them.
+    ``device_class``: the inventory's class of identical devices (None: a class of its own); the
+    planner groups a class's devices for large fleets. ``measured_on``: the device of the same
+    class whose solo run these figures are ("": this device's own); only the idle power is its own.
     """
 
     name: str
@@ -47,6 +50,8 @@ class DeviceProfile:
     startup_s: float = 0.0
     startup_power_w: float = 0.0
     solo_rates_steps_per_s: list[float] = field(default_factory=list)
+    device_class: str | None = None
+    measured_on: str = ""
 
 
 @dataclass
@@ -105,11 +110,14 @@ class Profile:
         return cls(**data)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One flat row per measurement, for the Parquet table."""
+        """One flat row per measurement, for the Parquet table (a device whose figures were measured
+        on another of its class has its idle row only: its solo rows are that device's)."""
         rows = []
         for d in self.devices:
             rows.append({"kind": "idle", "devices": d.name, "num_devices": 1, "steps": 0, "time_s": 0.0,
                          "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.idle_power_w, "energy_j": 0.0})
+            if d.measured_on:
+                continue
             rows.append({"kind": "solo", "devices": d.name, "num_devices": 1, "steps": d.steps, "time_s": d.time_s,
                          "steps_per_s": d.steps_per_s, "steps_per_s_std": d.steps_per_s_std,
                          "power_w": d.busy_power_w, "energy_j": d.energy_j})
@@ -160,7 +168,7 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
     devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s, busy_power_w=d.busy_power_w,
                                  idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std,
                                  first_step_s=d.first_step_s, startup_s=d.startup_s,
-                                 startup_power_w=d.startup_power_w)
+                                 startup_power_w=d.startup_power_w, class_key=d.device_class)
                for d in profile.devices]
     runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s, steps_per_s=r.steps_per_s,
                            power_w=r.power_w, per_device_steps=dict(r.per_device_steps),

@@ -7,20 +7,30 @@ all but the fastest (contention without the dominant worker); then the fastest w
 On the planner's accuracy benchmark (benchmarks/planner_accuracy.py, 30 fleets x 3 synthetic
 truths x 4 objectives, seeds 0 and 1) this choice hit the best configuration in 88.1 % / 84.7 %
 of cases against 86.4 % / 83.3 % with the fastest-with-slowest pair in third place.
+With classes of identical devices (``class_of``), two sets with as many members of each class are
+the same measurement (server+rpi4-1 and server+rpi4-6), so only the first is kept.
 Pure: names and numbers in, tuples of names out.
 """
 
 from __future__ import annotations
 
+from typing import Mapping
 
-def calibration_sets(solo_steps_per_s: dict[str, float], max_sets: int = 3) -> list[tuple[str, ...]]:
+
+def calibration_sets(solo_steps_per_s: dict[str, float], max_sets: int = 3,
+                     class_of: Mapping[str, str | None] | None = None) -> list[tuple[str, ...]]:
     """Up to ``max_sets`` distinct sets of ≥2 devices, in the order above; names fastest first."""
     ranked = sorted(solo_steps_per_s, key=lambda name: (-solo_steps_per_s[name], name))
     if len(ranked) < 2 or max_sets <= 0:
         return []
     candidates = [tuple(ranked), tuple(ranked[:2]), tuple(ranked[1:]), (ranked[0], ranked[-1])]
+    classes = class_of or {}
+
+    def composition(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(classes.get(n) or f"device:{n}" for n in names))
+
     chosen: list[tuple[str, ...]] = []
     for candidate in candidates:
-        if candidate not in chosen and len(set(candidate)) == len(candidate) >= 2:
+        if len(set(candidate)) == len(candidate) >= 2 and composition(candidate) not in map(composition, chosen):
             chosen.append(candidate)
     return chosen[:max_sets]
