@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,8 +26,10 @@ class TaskAwareSource(PowerSource):
         return self._sample(self.busy_w if busy else self.idle_w)
 
 
-def start_fleet(tmp_path, devices_spec, extra=()):
-    """In-process agents for (name, idle_w, busy_w, device_class) rows; returns (inventory, servers)."""
+@contextmanager
+def running_fleet(tmp_path, devices_spec, extra=()):
+    """In-process agents for (name, idle_w, busy_w, device_class) rows (``extra``: inventory entries
+    without an agent); yields the inventory, stops the agents after."""
     from hetcluster.agent.config import AgentConfig
     from hetcluster.agent.credentials import generate_credentials
     from hetcluster.agent.server import AgentServer
@@ -48,18 +51,20 @@ def start_fleet(tmp_path, devices_spec, extra=()):
     inventory = inventory_from_mapping({"cluster": {"name": "t", "network": "loopback",
                                                     "parameter_server_host": "127.0.0.1"},
                                         "devices": devices}, tmp_path)
-    return inventory, servers
+    try:
+        yield inventory
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture
 def fleet(tmp_path):
     from hetcluster.training.servers import free_address
 
-    inventory, servers = start_fleet(tmp_path, (("fast", 2.0, 6.0, None), ("slow", 1.0, 3.0, None)),
-                                     extra=[{"name": "ghost", "address": free_address("127.0.0.1")}])  # no agent
-    yield inventory
-    for server in servers:
-        server.stop()
+    with running_fleet(tmp_path, (("fast", 2.0, 6.0, None), ("slow", 1.0, 3.0, None)),
+                       extra=[{"name": "ghost", "address": free_address("127.0.0.1")}]) as inventory:  # no agent
+        yield inventory
 
 
 def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fleet, tmp_path):
@@ -131,11 +136,9 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
 
 @pytest.fixture
 def class_fleet(tmp_path):
-    inventory, servers = start_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),
-                                                ("board-2", 1.5, 3.0, "board")))
-    yield inventory
-    for server in servers:
-        server.stop()
+    with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),
+                                  ("board-2", 1.5, 3.0, "board"))) as inventory:
+        yield inventory
 
 
 def test_pretraining_measures_one_device_of_a_class_alone_and_gives_its_figures_to_the_others(class_fleet, tmp_path):
