@@ -66,7 +66,10 @@ def _clip(text: str, keep_chars: int = 3000) -> str:
 @contextlib.contextmanager
 def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: str = "experiments",
                    log_path: Path | None = None) -> Iterator[Path]:
-    """`hetcluster cluster up` into our own state dir; yields the inventory; always `cluster down`.
+    """`hetcluster cluster up` into our own state dir; yields the inventory; `cluster down` after,
+    whatever happened — once the fleet is up: an `up` that fails (say, another run's fleet is up in
+    that state dir) has taken down what it started itself, and a `down` then would stop the other
+    run's fleet.
 
     SIGTERM is turned into an exception while the fleet is up, so `kill PID` of a long experiment
     also tears the agents down instead of leaving them running on a shared machine.
@@ -85,12 +88,14 @@ def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: st
     try:
         run_cli(["cluster", "up", "--devices", ",".join(devices), "--state-dir", state_dir, "--name", name,
                  "--out", inventory], log_path)
-        yield inventory
-    finally:
         try:
-            run_cli(["cluster", "down", "--state-dir", state_dir], log_path)
-        except RuntimeError as error:  # a fleet that never came up has nothing to take down
-            log.warning("cluster down: %s", error)
+            yield inventory
+        finally:
+            try:
+                run_cli(["cluster", "down", "--state-dir", state_dir], log_path)
+            except RuntimeError as error:
+                log.warning("cluster down: %s", error)
+    finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
 

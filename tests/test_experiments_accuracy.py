@@ -222,3 +222,25 @@ def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_a
     assert summary.loc["all", "rounds_agree"] == pytest.approx(0.75)
     assert summary.loc["time", "rounds_agree"] == 0.0 and summary.loc["energy", "exact_vs_one_round"] == 1.0
     assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "rounds_agree"])  # trained once
+
+
+def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
+    # the `up` fails when another run's fleet is up in the same state dir: a `down` then would stop it
+    import common
+
+    calls = []
+
+    def run_cli(args, log_path=None):
+        calls.append(args[1])
+        if args[1] == "up" and len(calls) == 1:
+            raise RuntimeError("a cluster is already up")
+
+    monkeypatch.setattr(common, "run_cli", run_cli)
+    with pytest.raises(RuntimeError, match="already up"):
+        with common.emulated_fleet(tmp_path):
+            pass
+    assert calls == ["up"]
+    with pytest.raises(ValueError):   # once up, the fleet comes down whatever happens inside
+        with common.emulated_fleet(tmp_path):
+            raise ValueError("an experiment failed")
+    assert calls == ["up", "up", "down"]
