@@ -5,9 +5,10 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 1. health-check every device's agent; start a PowerRecorder on each (a device that fails here is
    excluded with a warning);
 2. idle power: ``idle_s`` with no TF server running;
-3. each device alone for ``steps_per_run`` steps — more while the window after the warm-up is
-   shorter than ``min_window_s`` (a fast device would otherwise be timed over a few hundredths
-   of a second) — then the calibration sets of ``sets.py``, each run until every member trains
+3. each device alone (one per class of identical devices, the inventory's ``device_class``: the
+   class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
+   more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
+   otherwise be timed over a few hundredths of a second) — then the calibration sets of ``sets.py``, each run until every member trains
    steadily in a common window of ``min_window_s``, or longer (up to ``max_window_s``) where
    the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
    rates; the engine extends a run that falls short). A set's first round is one step per member,
@@ -112,9 +113,10 @@ class PretrainSettings:
     @classmethod
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> "PretrainSettings":
         """The settings for a job of ``total_steps`` whose pre-training measures ``n_devices`` alone
-        (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its share of the phase's budget (step_cap_for_job),
-        the phase at a third of the job (phase_budget_steps), shared by each device alone and the
-        settings' ``max_sets`` sets; no job size, no budget."""
+        (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its
+        share of the phase's budget (step_cap_for_job), the phase at a third of the job
+        (phase_budget_steps), shared by the solo runs and the settings' ``max_sets`` sets; no job
+        size, no budget."""
         return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
                    max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices, cls.max_sets),
                    max_phase_steps=phase_budget_steps(total_steps))
