@@ -132,3 +132,12 @@ def test_a_class_s_unmeasured_devices_take_the_measured_one_s_figures_and_keep_t
     copy = profiles[0]
     assert (copy.steps_per_s, copy.first_step_s, copy.device_class, copy.measured_on) == (4.0, 2.0, "board", "b-1")
     assert copy.idle_power_w == 1.2 and profiles[2] is board and profiles[1] is lone
+
+
+def test_the_cli_says_which_device_stood_for_its_class():
+    from hetcluster.cli.pretraining import class_copy_lines
+
+    profile = _profile()
+    assert class_copy_lines(profile) == []
+    profile.devices[1].measured_on = "a"
+    assert class_copy_lines(profile) == ["  measured once for its class: a stands for b"]

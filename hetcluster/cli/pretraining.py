@@ -62,7 +62,19 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     save_profile(profile, profile_path)
     console.print(f"pre-training: {profile.pretrain_steps} steps in {profile.pretrain_time_s:.1f} s, "
                   f"{profile.pretrain_energy_j:.0f} J; profile {profile_path}")
+    for line in class_copy_lines(profile):
+        console.print(line)
     return profile
+
+
+def class_copy_lines(profile: Any) -> list[str]:
+    """One line per device measured for its class: which identical devices took its figures."""
+    copies: dict[str, list[str]] = {}
+    for device in profile.devices:
+        if device.measured_on:
+            copies.setdefault(device.measured_on, []).append(device.name)
+    return [f"  measured once for its class: {source} stands for {', '.join(names)}"
+            for source, names in copies.items()]
 
 
 def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
