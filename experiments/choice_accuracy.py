@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
     parser.add_argument("--repeats", type=int, default=1,
                         help="train every configuration R times, truth = their mean (default 1); results default to ...-rR")
-    parser.add_argument("--devices", help=f"the emulated fleet, catalog names comma-separated (default {','.join(PLATFORMS)}); "
-                                          "results default to ...-<n>dev")
+    parser.add_argument("--devices", help=f"the emulated fleet, catalog names comma-separated, NAME*K for K identical "
+                                          f"devices (default {','.join(PLATFORMS)}); results default to ...-<n>dev")
     parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
         if len(devices) < 2 or len(set(devices)) != len(devices):
-            parser.error(f"--devices: give two or more distinct device names, got {args.devices!r}")
+            parser.error(f"--devices: give two or more distinct entries (NAME*K for K identical devices), got {args.devices!r}")
         if devices != PLATFORMS:
             name = f"{name}-{len(devices)}dev"
     if args.models:
