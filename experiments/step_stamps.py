@@ -69,10 +69,11 @@ def read_run(path: Path) -> Any:
 def run_pretraining_phase(inventory_path: Path, args: argparse.Namespace, out_dir: Path) -> None:
     """A job's pre-training with the CLI's settings; each run's stamps to pretrain-<k>-<devices>.json."""
     from hetcluster.inventory import load_inventory
-    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
 
     inventory = load_inventory(inventory_path)
-    settings = PretrainSettings.for_job(10, args.warmup_steps, args.pretrain_total_steps, len(inventory.names))
+    settings = PretrainSettings.for_job(10, args.warmup_steps, args.pretrain_total_steps,
+                                        solo_run_count(inventory, inventory.names))
     runs: list[tuple[list[str], Any]] = []
 
     def on_event(kind: str, details: dict[str, Any]) -> None:

@@ -22,7 +22,8 @@ def _gib(value: int) -> str:
 @cluster_app.command("up")
 def up(
     devices: str = typer.Option(",".join(("server", "jetson-xavier", "jetson-nano", "rpi4", "phone")), "--devices",
-                                help="Comma-separated catalog profiles, one agent each; rpi4*3 (or rpi4 three times) is three identical devices rpi4-1..3."),
+                                help="Comma-separated catalog profiles, one agent each; rpi4*3 (or rpi4 three "
+                                     "times) is three identical devices rpi4-1..3."),
     out: Path = typer.Option(Path("cluster.toml"), "--out", help="Inventory file to write."),
     catalog: Optional[Path] = typer.Option(None, "--catalog", help="TOML file adding or overriding device profiles."),
     network: str = typer.Option("loopback", "--network", help="loopback, or shaped (root: netns + veth + tc)."),

@@ -8,10 +8,11 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 3. each device alone (one per class of identical devices, the inventory's ``device_class``: the
    class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
    more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
-   otherwise be timed over a few hundredths of a second) — then the calibration sets of ``sets.py``, each run until every member trains
-   steadily in a common window of ``min_window_s``, or longer (up to ``max_window_s``) where
-   the set's share of ``max_phase_steps`` affords it (sized up front from the members' solo
-   rates; the engine extends a run that falls short). A set's first round is one step per member,
+   otherwise be timed over a few hundredths of a second) — then the calibration sets of
+   ``sets.py``, each run until every member trains steadily in a common window of
+   ``min_window_s``, or longer (up to ``max_window_s``) where the set's share of
+   ``max_phase_steps`` affords it (sized up front from the members' solo rates; the engine
+   extends a run that falls short). A set's first round is one step per member,
    joined before the rest, and so is each of the rest of the warm-up's rounds (the engine's start
    barrier), so a member's slow first steps do not let the fast ones spend the set's steps; a set
    is measured over its steady window only, each member past the warm-up a solo run leaves out
@@ -48,7 +49,7 @@ from hetcluster.errors import AgentError, HetclusterError, ProfileError
 from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
-from hetcluster.profiling.sets import calibration_sets
+from hetcluster.profiling.sets import calibration_sets, class_unit
 from hetcluster.training.checkpoints import checkpoint_steps
 from hetcluster.training.spec import barrier_rounds
 
@@ -111,14 +112,15 @@ class PretrainSettings:
                                f"warmup_s={self.warmup_s} is negative.", hint="give 0 s or more.")
 
     @classmethod
-    def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None, n_devices: int) -> "PretrainSettings":
-        """The settings for a job of ``total_steps`` whose pre-training measures ``n_devices`` alone
-        (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its
+    def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None,
+                solo_runs: int) -> "PretrainSettings":
+        """The settings for a job of ``total_steps`` whose pre-training measures ``solo_runs`` devices
+        alone (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its
         share of the phase's budget (step_cap_for_job), the phase at a third of the job
         (phase_budget_steps), shared by the solo runs and the settings' ``max_sets`` sets; no job
         size, no budget."""
         return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                   max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, n_devices, cls.max_sets),
+                   max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, solo_runs, cls.max_sets),
                    max_phase_steps=phase_budget_steps(total_steps))
 
     @property
@@ -174,9 +176,9 @@ def phase_budget_steps(total_steps: int | None) -> int:
     return (total_steps or 0) // 3
 
 
-def step_cap_for_job(steps_per_run: int, total_steps: int | None, n_devices: int, max_sets: int = 3) -> int:
+def step_cap_for_job(steps_per_run: int, total_steps: int | None, solo_runs: int, max_sets: int = 3) -> int:
     """The most steps one pre-training run may take when the job's size is known: its share of a
-    third of the job (each device alone and up to max_sets sets), never fewer than steps_per_run;
+    third of the job (``solo_runs`` devices alone and up to max_sets sets), never fewer than steps_per_run;
     0 = the settings' default, 5 × steps_per_run (no job size known).
 
     A fast device reaches its ``min_window_s`` well inside that share on a long job; an earlier
@@ -184,7 +186,7 @@ def step_cap_for_job(steps_per_run: int, total_steps: int | None, n_devices: int
     its rate read 11 % under the mean of its two trainings), while 277 steps were its share."""
     if total_steps is None:
         return 0
-    return max(steps_per_run, phase_budget_steps(total_steps) // (n_devices + max_sets))
+    return max(steps_per_run, phase_budget_steps(total_steps) // (solo_runs + max_sets))
 
 
 class _Phase:
@@ -422,7 +424,7 @@ def device_classes(inventory: Any, names: Sequence[str]) -> dict[str, str | None
 
 def solo_run_count(inventory: Any, names: Sequence[str]) -> int:
     """How many devices pre-training measures alone: one per class, every device of no class."""
-    return len({cls or f"device:{name}" for name, cls in device_classes(inventory, names).items()})
+    return len({class_unit(name, cls) for name, cls in device_classes(inventory, names).items()})
 
 
 def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_of: dict[str, str | None],

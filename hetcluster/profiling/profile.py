@@ -33,8 +33,9 @@ class DeviceProfile:
     ``solo_rates_steps_per_s``: each solo window's own rate, in order, when the device was
     measured alone more than once (pretrain.pool_solo_windows); the figures above pool them.
     ``device_class``: the inventory's class of identical devices (None: a class of its own); the
-    planner lists a class's devices as counts (docs/planner.md, "Scale"). ``measured_on``: the device of the same
-    class whose solo run these figures are ("": this device's own); only the idle power is its own.
+    planner lists a class's devices as counts (docs/planner.md, "Scale"). ``measured_on``: the
+    device of the same class whose solo run these figures are ("": this device's own); only the
+    idle power is its own.
     """
 
     name: str

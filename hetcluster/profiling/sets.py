@@ -17,6 +17,12 @@ from __future__ import annotations
 from typing import Mapping
 
 
+def class_unit(name: str, device_class: str | None) -> str:
+    """What a device counts as among identical devices: its class, or itself when it has none
+    (the planner's class_units groups by the same rule)."""
+    return device_class or f"device:{name}"
+
+
 def calibration_sets(solo_steps_per_s: dict[str, float], max_sets: int = 3,
                      class_of: Mapping[str, str | None] | None = None) -> list[tuple[str, ...]]:
     """Up to ``max_sets`` distinct sets of ≥2 devices, in the order above; names fastest first."""
@@ -27,7 +33,7 @@ def calibration_sets(solo_steps_per_s: dict[str, float], max_sets: int = 3,
     classes = class_of or {}
 
     def composition(names: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted(classes.get(n) or f"device:{n}" for n in names))
+        return tuple(sorted(class_unit(n, classes.get(n)) for n in names))
 
     chosen: list[tuple[str, ...]] = []
     for candidate in candidates:
