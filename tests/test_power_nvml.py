@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -22,8 +23,23 @@ class FakeGpu:
     name: str | bytes
     uuid: str | bytes
     memory_bytes: int
-    power_mw: int
+    power_mw: int  # nvmlDeviceGetPowerUsage
     energy_mj: int | None  # None: counter not supported (pre-Volta)
+    instant_mw: int | None = None  # NVML_FI_DEV_POWER_INSTANT; None: field not supported (old driver)
+
+
+@dataclass
+class FieldValue:
+    """pynvml's c_nvmlFieldValue_t, as far as the source reads it."""
+
+    nvmlReturn: int
+    valueType: int = 1  # NVML_VALUE_TYPE_UNSIGNED_INT
+    value: object = None
+
+
+@dataclass
+class Value:
+    uiVal: int
 
 
 @dataclass
@@ -40,6 +56,8 @@ class FakeNvml:
     calls: list[str] = field(default_factory=list)
 
     NVMLError = FakeNVMLError
+    NVML_SUCCESS = 0
+    NVML_FI_DEV_POWER_INSTANT = 186
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_NO_PERMISSION = 4
     NVML_ERROR_LIBRARY_NOT_FOUND = 12
@@ -77,48 +95,76 @@ class FakeNvml:
             raise FakeNVMLError(self.NVML_ERROR_NOT_SUPPORTED)
         return handle.energy_mj
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 50.0
-
-    def __call__(self) -> float:
-        return self.now_s
+    def nvmlDeviceGetFieldValues(self, handle: FakeGpu, field_ids: list[int]) -> list[FieldValue]:
+        assert field_ids == [self.NVML_FI_DEV_POWER_INSTANT]
+        if handle.instant_mw is None:  # per-field status, as the real call reports it
+            return [FieldValue(self.NVML_ERROR_NOT_SUPPORTED)]
+        return [FieldValue(self.NVML_SUCCESS, value=Value(handle.instant_mw))]
 
 
-def two_gpus(energy: bool) -> FakeNvml:
+def two_gpus(energy: bool, instant: bool = True) -> FakeNvml:
     return FakeNvml(
         [
-            FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", 80 * 2**30, 300_000, 5_000_000 if energy else None),
-            FakeGpu(b"NVIDIA H100 80GB HBM3", b"GPU-bbbb", 80 * 2**30, 250_000, 9_000_000 if energy else None),
+            FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", 80 * 2**30, 300_000, 5_000_000 if energy else None,
+                    320_000 if instant else None),
+            FakeGpu(b"NVIDIA H100 80GB HBM3", b"GPU-bbbb", 80 * 2**30, 250_000, 9_000_000 if energy else None,
+                    240_000 if instant else None),
         ]
     )
 
 
-def test_energy_counter_path_sums_gpus_since_open() -> None:
+def test_energy_from_the_counters_since_open_and_power_from_the_instant_field() -> None:
     lib = two_gpus(energy=True)
-    clock = FakeClock()
-    source = NvmlPowerSource(lib, clock=clock)
+    source = NvmlPowerSource(lib)
     assert source.has_energy_counter
+    assert source.describe() == "NVML instant power and total energy counters of 2 GPU(s)"
     lib.gpus[0].energy_mj += 300_000  # 300 J
     lib.gpus[1].energy_mj += 200_000  # 200 J
-    clock.now_s += 1.0
     sample = source.read()
     assert sample.energy_j == pytest.approx(500.0)
-    assert sample.power_w == pytest.approx(500.0)  # from the counter, not from GetPowerUsage (550 W)
+    # the driver's instant reading (320 + 240 W), not the counters' delta, which moves in steps
+    assert sample.power_w == pytest.approx(560.0)
     lib.gpus[0].energy_mj += 100_000
-    clock.now_s += 0.5
+    lib.gpus[1].instant_mw = 90_000
     sample = source.read()
     assert sample.energy_j == pytest.approx(600.0)
-    assert sample.power_w == pytest.approx(200.0)
+    assert sample.power_w == pytest.approx(410.0)
     assert sample.source == "nvml" and sample.measured
 
 
-def test_power_only_path_when_any_gpu_lacks_a_counter() -> None:
+def test_power_usage_when_any_gpu_lacks_the_instant_field() -> None:
     lib = two_gpus(energy=True)
+    lib.gpus[1].instant_mw = None
+    source = NvmlPowerSource(lib)
+    assert source.describe() == "NVML power usage and total energy counters of 2 GPU(s)"
+    sample = source.read()
+    assert sample.power_w == pytest.approx(550.0)  # GetPowerUsage: 300 + 250 W
+    assert sample.energy_j == pytest.approx(0.0)
+
+
+def test_power_usage_when_the_library_has_no_field_api() -> None:
+    lib = two_gpus(energy=True)
+    lib.nvmlDeviceGetFieldValues = None  # an nvidia-ml-py too old to have it
+    source = NvmlPowerSource(lib)
+    assert source.read().power_w == pytest.approx(550.0)  # GetPowerUsage: 300 + 250 W
+
+
+def test_instant_field_that_stops_answering_falls_back_to_power_usage() -> None:
+    lib = two_gpus(energy=True)
+    source = NvmlPowerSource(lib)
+    assert source.read().power_w == pytest.approx(560.0)
+    lib.gpus[0].instant_mw = None
+    assert source.read().power_w == pytest.approx(550.0)  # 300 + 250 W from GetPowerUsage
+    lib.gpus[0].instant_mw = 1_000_000
+    assert source.read().power_w == pytest.approx(550.0)  # stays on GetPowerUsage
+
+
+def test_power_only_path_when_any_gpu_lacks_a_counter() -> None:
+    lib = two_gpus(energy=True, instant=False)
     lib.gpus[1].energy_mj = None
     source = NvmlPowerSource(lib)
     assert not source.has_energy_counter
+    assert source.describe() == "NVML power usage of 2 GPU(s)"
     sample = source.read()
     assert sample.power_w == pytest.approx(550.0)
     assert sample.energy_j is None
@@ -169,3 +215,25 @@ def test_list_accelerators_is_empty_without_nvml() -> None:
 def test_probe_reports_gpu_count() -> None:
     availability = nvml.probe(two_gpus(energy=True))
     assert availability.available and "2 GPU" in availability.detail
+
+
+REAL_NVML = nvml.probe()
+
+
+@pytest.mark.skipif(not REAL_NVML.available, reason=f"no NVIDIA GPU here: {REAL_NVML.detail}")
+def test_real_gpu_counter_and_listing() -> None:
+    """On a host with an NVIDIA GPU (never in CI): the real library through the same code."""
+    found = list_nvidia_accelerators()
+    assert found and all(gpu["memory_bytes"] > 2**30 and gpu["uuid"].startswith("GPU-") for gpu in found)
+    source = NvmlPowerSource()
+    try:
+        first = source.read()
+        time.sleep(0.5)
+        second = source.read()
+    finally:
+        source.close()
+    # Volta and newer keep the total-energy counter; an idle GPU still draws tens of watts.
+    assert source.has_energy_counter
+    assert first.energy_j is not None and second.energy_j is not None and second.energy_j > first.energy_j
+    assert 5.0 < second.power_w < 1000.0 * len(found)
+    assert second.source == "nvml" and second.measured

@@ -1,21 +1,23 @@
 """NVIDIA GPUs through NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``).
 
 Energy comes from ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since driver load, Volta and newer)
-when every GPU supports it; power is then the energy delta between reads, which averages over
-exactly the sampling interval. GPUs without the counter fall back to ``nvmlDeviceGetPowerUsage``
-(mW, the driver's own short average), and the sample carries no ``energy_j``. All visible GPUs are
-summed. The NVML module is a constructor argument so tests pass a fake library; every NVML error
-is translated to PowerSourceError in ``nvml_call`` and nowhere else.
+when every GPU supports it; samples then carry ``energy_j``, exact over any window. Power is the
+driver's own reading, not the counter's delta: measured on an H100 (benchmarks/nvml_agent.py), the
+counter moves in steps of ~70 J once every 100 ms, so the delta between reads 20 ms apart is 0 or
+3.5 kW, and even at 10 Hz it swings ±20 % as the reads slide past the steps. So ``power_w`` is
+the instantaneous field ``NVML_FI_DEV_POWER_INSTANT`` where every GPU has it (driver 530 and newer;
+3 % spread under steady load there), else ``nvmlDeviceGetPowerUsage`` (mW: a one-second average
+on Ampere and newer, instantaneous on older GPUs). All visible GPUs are summed. The NVML module is
+a constructor argument so tests pass a fake library; every NVML error is translated to
+PowerSourceError in ``nvml_call`` and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Callable
 
 from hetcluster.errors import PowerSourceError
-from hetcluster.power._rate import CounterRate
 from hetcluster.power.base import Availability, PowerSample, PowerSource
 
 log = logging.getLogger(__name__)
@@ -134,13 +136,18 @@ def probe(nvml: Any = None) -> Availability:
         shutdown_quietly(lib)
 
 
+#: ctypes member of ``c_nvmlValue_t`` holding a field's value, by ``valueType`` (NVML_VALUE_TYPE_*)
+_FIELD_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
 class NvmlPowerSource(PowerSource):
-    """All visible NVIDIA GPUs summed; energy counter when every GPU has one, else sampled power."""
+    """All visible NVIDIA GPUs summed: the driver's power reading, and the energy counters when
+    every GPU has one (see the module docstring for why power is not the counters' delta)."""
 
     name = NAME
     measured = True
 
-    def __init__(self, nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, nvml: Any = None) -> None:
         self._nvml = load_nvml(nvml)
         nvml_call(self._nvml, self._nvml.nvmlInit)
         self._open = True
@@ -150,22 +157,23 @@ class NvmlPowerSource(PowerSource):
                 raise PowerSourceError("NVML sees no GPU.", hint="use another power source on this host.")
             self._handles = [nvml_call(self._nvml, self._nvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
             self._start_mj = self._energy_counters_mj()
+            self._instant = self._instant_power_mw() is not None
         except BaseException:
             self.close()
             raise
-        self._rate = CounterRate(0.0, clock) if self._start_mj is not None else None
-        log.info("NVML source on %d GPU(s), energy counter %s", count, "yes" if self._rate else "no")
+        log.info("NVML source on %d GPU(s): %s", count, self.describe())
 
     @property
     def has_energy_counter(self) -> bool:
-        return self._rate is not None
+        return self._start_mj is not None
 
     def describe(self) -> str:
-        how = "total energy counters" if self.has_energy_counter else "sampled power usage"
-        return f"NVML {how} of {len(self._handles)} GPU(s)"
+        power = "instant power" if self._instant else "power usage"
+        energy = " and total energy counters" if self.has_energy_counter else ""
+        return f"NVML {power}{energy} of {len(self._handles)} GPU(s)"
 
     def _energy_counters_mj(self) -> list[int] | None:
-        """Each GPU's counter, or None when any GPU lacks one (then power is sampled instead)."""
+        """Each GPU's counter, or None when any GPU lacks one (samples then carry no energy)."""
         values = []
         for handle in self._handles:
             try:
@@ -176,14 +184,39 @@ class NvmlPowerSource(PowerSource):
                 raise
         return values
 
+    def _instant_power_mw(self) -> list[float] | None:
+        """Each GPU's NVML_FI_DEV_POWER_INSTANT, or None when the library, driver or any GPU lacks it."""
+        field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is None or getattr(self._nvml, "nvmlDeviceGetFieldValues", None) is None:
+            return None
+        values = []
+        for handle in self._handles:
+            try:
+                (value,) = nvml_call(self._nvml, self._nvml.nvmlDeviceGetFieldValues, handle, [field])
+            except PowerSourceError as exc:  # an old driver has no field API
+                log.debug("NVML field values unavailable: %s", exc)
+                return None
+            if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0) or value.valueType >= len(_FIELD_VALUE_MEMBERS):
+                return None
+            values.append(float(getattr(value.value, _FIELD_VALUE_MEMBERS[value.valueType])))
+        return values
+
+    def _power_w(self) -> float:
+        if self._instant:
+            instant_mw = self._instant_power_mw()
+            if instant_mw is not None:
+                return sum(instant_mw) / 1000.0
+            log.warning("NVML instant power stopped answering; using nvmlDeviceGetPowerUsage from now on")
+            self._instant = False
+        return sum(nvml_call(self._nvml, self._nvml.nvmlDeviceGetPowerUsage, h) for h in self._handles) / 1000.0
+
     def read(self) -> PowerSample:
-        if self._rate is None:
-            power_mw = sum(nvml_call(self._nvml, self._nvml.nvmlDeviceGetPowerUsage, h) for h in self._handles)
-            return self._sample(power_mw / 1000.0)
-        self._rate.wait_min_interval()
+        power_w = self._power_w()
+        if self._start_mj is None:
+            return self._sample(power_w)
         now_mj = self._energy_counters_mj() or []
-        energy_j = sum(now - start for now, start in zip(now_mj, self._start_mj or [])) / 1000.0
-        return self._sample(self._rate.update(energy_j), energy_j=energy_j)
+        energy_j = sum(now - start for now, start in zip(now_mj, self._start_mj)) / 1000.0
+        return self._sample(power_w, energy_j=energy_j)
 
     def close(self) -> None:
         if getattr(self, "_open", False):
