@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,10 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     profile_path, checkpoint_dir = profile_paths(workdir)
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names))
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    # the phase's run count is known only once the solo rates have chosen the sets: "7/?" until then
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
-        overall = progress.add_task("pre-training", total=None)
+        overall = progress.add_task("pre-training runs", total=None)
         current: dict[str, Any] = {}
 
         def on_event(kind: str, details: dict[str, Any]) -> None:
