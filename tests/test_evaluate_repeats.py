@@ -44,7 +44,8 @@ def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch)
     profile = SimpleNamespace(pretrain_steps=0, pretrain_time_s=5.0, pretrain_energy_j=50.0, checkpoint_path=None, warmup_steps=0,
                               to_dict=lambda: {})
     out = tmp_path / "r.json"
-    result = run_evaluation(None, the_plan, profile, None, None, 10, ["time"], None, tmp_path / "w", out,
+    no_budgets = SimpleNamespace(names=())  # no device with a known memory budget: plain TensorFlow
+    result = run_evaluation(no_budgets, the_plan, profile, None, None, 10, ["time"], None, tmp_path / "w", out,
                             Console(quiet=True), repeats=2)
     # two rounds, each over every configuration, the second in reverse order (drift cancels in the mean)
     assert order == [("a",), ("b",), ("a", "b"), ("a", "b"), ("b",), ("a",)]

@@ -1,5 +1,6 @@
 """`hetcluster train` on an emulated cluster (real agents, cgroup/duty-cycle slowed) when things fail:
-a worker killed mid-training, an agent missing at start, Ctrl-C, the coordinator killed, --resume.
+a worker killed mid-training, an agent missing at start, Ctrl-C, the coordinator killed, --resume;
+and, sharing the fleet, a tight device that puts every worker under its memory plan.
 
 A hand-written profile (no checkpoint, pre-training skipped) keeps each run short; small_cnn at
 16x16x3. Each test drives the real CLI in a subprocess and reads the job's checkpoints to know when
@@ -134,4 +135,34 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     assert finished[-1]["steps_restored"] == last_checkpoint
     assert finished[-1]["steps_applied"] == TOTAL - last_checkpoint
     assert report["segments"] >= 3
+    assert not _alive_tasks(fleet)
+
+
+def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path):
+    """Not a failure: the one memory test that needs the fleet. slow's inventory budget is a byte
+    under what plain TensorFlow needs for the model, so the job trains under its plan (recompute)."""
+    import tomli_w
+    import tomllib
+
+    from hetcluster.memory.fit import plan_for
+
+    plain_bytes = plan_for("small_cnn", 8, 1 << 40, input_shape=(16, 16, 3), classes=4).predicted_peak_bytes
+    data = tomllib.loads((fleet / "cluster.toml").read_text())
+    for device in data["devices"]:
+        if device["name"] == "slow":
+            device["memory_budget_bytes"] = plain_bytes - 1
+    inventory = fleet / "tight.toml"  # beside cluster.toml: its credential paths are relative
+    inventory.write_text(tomli_w.dumps(data))
+    workdir = tmp_path / "job"
+    cmd = [sys.executable, "-m", "hetcluster.cli.app", "train", "--inventory", str(inventory), "--workdir", str(workdir),
+           "--report", str(workdir / "report.json"), "--profile", str(write_profile(fleet / "profile-tight.json")),
+           *MODEL_ARGS, "--total-steps", "40", "--require", "fast", "--require", "slow", "--allow-missing"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "memory: every worker trains under the plan for slow's" in done.stdout
+    assert _ledger(workdir)["train_spec"]["memory_budget_bytes"] == plain_bytes - 1
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["memory_plan"].startswith("recompute") and report["steps_total"] == 40
+    assert set(report["steps_per_worker"]) == {"fast", "slow"}
+    assert "memory plan" in done.stdout
     assert not _alive_tasks(fleet)

@@ -84,6 +84,7 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
                            second, timeout_s=300)
     assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 10, 50)
     assert math.isfinite(r3.final_loss)
+    assert r1.memory_plan == "" and r3.memory_plan not in ("", "none")  # the plan the step ran under
 
 
 def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):

@@ -18,6 +18,7 @@ own noise (evaluation/scoring.py).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -90,7 +91,7 @@ def evaluate_command(
         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
         max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
     evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
-                                out, console, round_steps=round_steps, repeats=repeats)
+                                out, console, round_steps=round_steps, repeats=repeats, device_kind=device_kind)
     from hetcluster.cli.train_output import evaluation_tables
 
     console.print(evaluation_tables(evaluation))
@@ -106,10 +107,13 @@ def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[A
 
 def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
                    objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
-                   console: Console, round_steps: int = 0, repeats: int = 1) -> dict[str, Any]:
+                   console: Console, round_steps: int = 0, repeats: int = 1,
+                   device_kind: str | None = None) -> dict[str, Any]:
     """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
-    score, write ``out`` as it goes."""
+    score, write ``out`` as it goes. Each configuration trains under the memory plan of its
+    tightest device, as `hetcluster train` would train it (``training_memory``)."""
     from hetcluster.cli.cmd_train import LiveProgress
+    from hetcluster.cli.pretraining import training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
@@ -131,6 +135,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
+    memory = {devices: training_memory(model_spec, fleet, devices, device_kind) for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []
     for round_index in range(repeats):
@@ -140,7 +145,9 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
             display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}{suffix}")
             try:
                 with display:
-                    result = measure_configuration(fleet, devices, metrics, spec, pretrain=pretrain,
+                    config_spec = dataclasses.replace(spec, memory_budget_bytes=memory[devices].budget_bytes,
+                                                      memory_device_kind=memory[devices].device_kind)
+                    result = measure_configuration(fleet, devices, metrics, config_spec, pretrain=pretrain,
                                                    pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
                                                    run=run_on_devices, warmup_steps=profile.warmup_steps,
                                                    on_progress=display.update, round_steps=round_steps)

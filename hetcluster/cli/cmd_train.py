@@ -115,7 +115,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
-    from hetcluster.cli.pretraining import profile_paths
+    from hetcluster.cli.pretraining import profile_paths, training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.profiling.profile import save_profile
     from hetcluster.training.coordinator import JobLedger, check_agents
@@ -137,8 +137,11 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     _adopt_checkpoint(profile, checkpoint_dir)
     if not profile_path.exists():
         save_profile(profile, profile_path)
+    memory = training_memory(spec, fleet, plan.chosen, options["device_kind"])
+    console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=source,
-                      checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every)
+                      checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,
+                      memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind)
     record = {"objective": plan.objective.name, "chosen": list(plan.chosen),
               "predicted": JobMetrics.from_mapping(plan.chosen_row).to_dict(), "train_spec": train.to_dict(),
               "pretrain": {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s,
@@ -343,7 +346,8 @@ def build_report(ledger: Any) -> Any:
              "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments)},
         energy_per_device_j=per_device_j,
         stopped=steps_total < int(data["train_spec"]["total_steps"]),
-        checkpoint_path=latest_checkpoint(checkpoint_dir), segments=len(segments))
+        checkpoint_path=latest_checkpoint(checkpoint_dir), segments=len(segments),
+        memory_plan=finished[-1].get("memory_plan", "") if finished else "")
 
 
 def register(app: typer.Typer) -> None:

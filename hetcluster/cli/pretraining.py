@@ -133,3 +133,48 @@ def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device
         filled.append(dataclasses.replace(device, memory_fits=bool(plan.fits),
                                           memory_slowdown=1.0 + float(plan.predicted_slowdown) if plan.fits else 1.0))
     return filled, runs, job
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingMemory:
+    """The memory plan a training runs under: ``TrainSpec.memory_budget_bytes`` and
+    ``memory_device_kind``, the device whose budget set them, and its plan (None: no budget known)."""
+
+    budget_bytes: int = 0
+    device_kind: str = "cpu"
+    device: str = ""
+    plan: Any = None
+
+    def describe(self) -> str:
+        if self.plan is None:
+            return "memory: no chosen device has a known budget; plain TensorFlow"
+        budget = f"{self.device}'s {self.plan.budget_bytes / 2**20:.1f} MiB"
+        if not self.budget_bytes:
+            return f"memory: plain TensorFlow fits every chosen device (the tightest: {budget})"
+        return (f"memory: every worker trains under the plan for {budget}: {self.plan.technique}, "
+                f"predicted {self.plan.predicted_slowdown:+.1%} step time")
+
+
+def training_memory(spec: Any, fleet: Any, devices: Any, device_kind: str | None = None) -> TrainingMemory:
+    """The memory plan for training ``devices``: the tightest device's (smallest known budget).
+
+    One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
+    all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
+    fits. Where plain TensorFlow fits that budget (technique "none") the budget stays 0: the
+    step is the plain one pre-training measured, not the scheduler's replay of the same graph.
+    """
+    from hetcluster.memory.fit import plan_for
+
+    known = []
+    for name in devices:
+        if name in fleet.names:
+            budget, kind = _budget_and_kind(fleet.device(name), device_kind)
+            if budget:
+                known.append((int(budget), kind, name))
+    if not known:
+        return TrainingMemory()
+    budget, kind, name = min(known)
+    plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
+    if plan.technique == "none":
+        return TrainingMemory(device=name, plan=plan)
+    return TrainingMemory(budget, kind, name, plan)

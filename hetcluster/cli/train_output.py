@@ -31,6 +31,8 @@ def report_table(report: TrainReport) -> Any:
         table.add_row("steps by lost workers", "", str(report.steps_unattributed), "")
     table.add_row("steps in all", "", f"{report.steps_total} ({report.steps_restored} restored)", "")
     table.add_row("final loss", "", "-" if report.final_loss is None else f"{report.final_loss:.4f}", "")
+    if report.memory_plan:
+        table.add_row("memory plan", "", report.memory_plan, "")
     return table
 
 

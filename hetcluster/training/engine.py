@@ -108,8 +108,9 @@ def default_gradient_fn(loss_fn: Any) -> GradientFn:
     return gradient_fn
 
 
-def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer: Any) -> GradientFn:
-    """Gradients through the memory scheduler's plan for ``spec.memory_budget_bytes``."""
+def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer: Any) -> tuple[GradientFn, str]:
+    """Gradients through the memory scheduler's plan for ``spec.memory_budget_bytes``, and the
+    plan's technique."""
     import tensorflow as tf
 
     from hetcluster.memory.executor import build_train_step
@@ -121,7 +122,7 @@ def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer:
     log.info("memory plan for %d bytes: %s, fits=%s, predicted slowdown %.2f", spec.memory_budget_bytes,
              plan.technique, plan.fits, plan.predicted_slowdown)
     step = build_train_step(model, lambda y, out: tf.nn.compute_average_loss(loss_fn(y, out)), optimizer, plan)
-    return lambda _model, x, y: step.gradients_fn(x, y)
+    return (lambda _model, x, y: step.gradients_fn(x, y)), plan.technique
 
 
 class _Trainer:
@@ -143,8 +144,9 @@ class _Trainer:
             self.manager = tf.train.CheckpointManager(self.checkpoint, spec.checkpoint_dir,
                                                       max_to_keep=max(1, spec.max_checkpoints))
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        self.memory_plan = ""
         if gradient_fn is None and spec.memory_budget_bytes > 0:
-            gradient_fn = _scheduled_gradient_fn(spec, self.model, loss_fn, self.optimizer)
+            gradient_fn, self.memory_plan = _scheduled_gradient_fn(spec, self.model, loss_fn, self.optimizer)
         self.gradient_fn = gradient_fn or default_gradient_fn(loss_fn)
         dataset_fn = make_dataset_fn(spec.data, spec.model)
 
@@ -460,4 +462,5 @@ def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamp
         closures_scheduled=scheduled,
         warmup_steps=min(spec.warmup_steps, len(applied)),
         warmup_s=spec.warmup_s,
+        memory_plan=trainer.memory_plan,
     )

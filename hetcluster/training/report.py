@@ -83,6 +83,7 @@ class TrainReport:
     stopped: bool = False
     checkpoint_path: str | None = None
     segments: int = 1
+    memory_plan: str = ""  # the memory scheduler's technique the step ran under ("" = plain TensorFlow)
 
     @property
     def errors(self) -> dict[str, float | None]:

@@ -193,7 +193,8 @@ class RunResult:
     ``round_starts_wall_s`` is when each round's closures were scheduled (the engine joins every
     round before the next: between a worker's last step of one round and its first of the next it
     waits for the slowest worker's last step, which a continuous run would not; empty in results
-    recorded before it was kept).
+    recorded before it was kept). ``memory_plan`` is the memory scheduler's technique the step ran
+    under (``TrainSpec.memory_budget_bytes``; "" = plain TensorFlow, no plan asked for).
     """
 
     steps_applied: int
@@ -212,6 +213,7 @@ class RunResult:
     stopped: bool = False
     warmup_s: float = 0.0
     round_starts_wall_s: list[float] = field(default_factory=list)
+    memory_plan: str = ""
 
     @property
     def steps_unattributed(self) -> int:

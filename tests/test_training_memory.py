@@ -1,0 +1,59 @@
+"""The memory plan a training runs under (`cli.pretraining.training_memory`): the tightest chosen
+device's, and plain TensorFlow where that fits. Budgets come from the inventory, so no agent is
+asked; the plans are the memory scheduler's own (TensorFlow builds the model's layer graph)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetcluster.cli.pretraining import training_memory
+from hetcluster.inventory import load_inventory
+from hetcluster.memory.fit import plan_for
+from hetcluster.models import ModelSpec
+
+pytestmark = pytest.mark.tensorflow
+
+MODEL = ModelSpec("small_cnn", (16, 16, 3), classes=4, batch_size=8)
+
+
+def _fleet(tmp_path, budgets: dict[str, int]):
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    text = '[cluster]\nname = "m"\nnetwork = "loopback"\nparameter_server_host = "127.0.0.1"\n'
+    for port, (name, budget) in enumerate(budgets.items(), start=50000):
+        text += (f'\n[[devices]]\nname = "{name}"\naddress = "127.0.0.1:{port}"\ntoken_file = "token"\n'
+                 f"memory_budget_bytes = {budget}\n")
+    (tmp_path / "cluster.toml").write_text(text)
+    return load_inventory(tmp_path / "cluster.toml")
+
+
+def _plain_peak_bytes() -> int:
+    return plan_for(MODEL.name, MODEL.batch_size, 1 << 40, input_shape=MODEL.input_shape,
+                    classes=MODEL.classes).predicted_peak_bytes
+
+
+def test_plain_tensorflow_where_the_tightest_budget_holds_it(tmp_path):
+    fleet = _fleet(tmp_path, {"big": 8 << 30, "small": 2 << 30})
+    memory = training_memory(MODEL, fleet, ("big", "small"))
+    assert memory.budget_bytes == 0 and memory.device == "small" and memory.plan.technique == "none"
+    assert "plain TensorFlow fits every chosen device (the tightest: small's 2048.0 MiB)" in memory.describe()
+
+
+def test_the_tightest_devices_plan_when_plain_tensorflow_does_not_fit_it(tmp_path):
+    tight = _plain_peak_bytes() - 1  # a byte under what plain TensorFlow needs: recomputation fits
+    fleet = _fleet(tmp_path, {"big": 8 << 30, "small": tight, "other": 4 << 30})
+    memory = training_memory(MODEL, fleet, ("big", "small"))
+    assert (memory.budget_bytes, memory.device_kind, memory.device) == (tight, "cpu", "small")
+    assert memory.plan.fits and memory.plan.technique.startswith("recompute")
+    assert "every worker trains under the plan for small's" in memory.describe()
+    # the devices not chosen do not count; the big one alone trains plain
+    assert training_memory(MODEL, fleet, ("big",)).budget_bytes == 0
+    # the command line's device kind applies to every device (offload only on discrete GPUs)
+    assert training_memory(MODEL, fleet, ("small",), "discrete-gpu").device_kind == "discrete-gpu"
+
+
+def test_no_known_budget_means_plain_tensorflow(tmp_path):
+    fleet = _fleet(tmp_path, {"big": 8 << 30})
+    memory = training_memory(MODEL, fleet, ("ghost",))
+    assert memory.budget_bytes == 0 and memory.plan is None
+    assert "no chosen device has a known budget" in memory.describe()
