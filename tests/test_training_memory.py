@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetcluster.cli.pretraining import training_memory
+from hetcluster.cli.pretraining import device_budgets, training_memory
 from hetcluster.inventory import load_inventory
 from hetcluster.memory.fit import plan_for
 from hetcluster.models import ModelSpec
@@ -34,7 +34,7 @@ def _plain_peak_bytes() -> int:
 
 def test_plain_tensorflow_where_the_tightest_budget_holds_it(tmp_path):
     fleet = _fleet(tmp_path, {"big": 8 << 30, "small": 2 << 30})
-    memory = training_memory(MODEL, fleet, ("big", "small"))
+    memory = training_memory(MODEL, device_budgets(fleet, fleet.names), ("big", "small"))
     assert memory.budget_bytes == 0 and memory.device == "small" and memory.plan.technique == "none"
     assert "plain TensorFlow fits every chosen device (the tightest: small's 2048.0 MiB)" in memory.describe()
 
@@ -42,18 +42,22 @@ def test_plain_tensorflow_where_the_tightest_budget_holds_it(tmp_path):
 def test_the_tightest_devices_plan_when_plain_tensorflow_does_not_fit_it(tmp_path):
     tight = _plain_peak_bytes() - 1  # a byte under what plain TensorFlow needs: recomputation fits
     fleet = _fleet(tmp_path, {"big": 8 << 30, "small": tight, "other": 4 << 30})
-    memory = training_memory(MODEL, fleet, ("big", "small"))
+    budgets = device_budgets(fleet, fleet.names)
+    memory = training_memory(MODEL, budgets, ("big", "small"))
     assert (memory.budget_bytes, memory.device_kind, memory.device) == (tight, "cpu", "small")
     assert memory.plan.fits and memory.plan.technique.startswith("recompute")
     assert "every worker trains under the plan for small's" in memory.describe()
     # the devices not chosen do not count; the big one alone trains plain
-    assert training_memory(MODEL, fleet, ("big",)).budget_bytes == 0
+    assert training_memory(MODEL, budgets, ("big",)).budget_bytes == 0
     # the command line's device kind applies to every device (offload only on discrete GPUs)
-    assert training_memory(MODEL, fleet, ("small",), "discrete-gpu").device_kind == "discrete-gpu"
+    gpus = device_budgets(fleet, ["small"], "discrete-gpu")
+    assert gpus == {"small": (tight, "discrete-gpu")}
+    assert training_memory(MODEL, gpus, ("small",)).device_kind == "discrete-gpu"
 
 
 def test_no_known_budget_means_plain_tensorflow(tmp_path):
     fleet = _fleet(tmp_path, {"big": 8 << 30})
-    memory = training_memory(MODEL, fleet, ("ghost",))
+    assert device_budgets(fleet, ["ghost"]) == {}  # not in the inventory
+    memory = training_memory(MODEL, device_budgets(fleet, fleet.names), ("ghost",))
     assert memory.budget_bytes == 0 and memory.plan is None
     assert "no chosen device has a known budget" in memory.describe()

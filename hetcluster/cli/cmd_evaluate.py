@@ -113,7 +113,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     score, write ``out`` as it goes. Each configuration trains under the memory plan of its
     tightest device, as `hetcluster train` would train it (``training_memory``)."""
     from hetcluster.cli.cmd_train import LiveProgress
-    from hetcluster.cli.pretraining import training_memory
+    from hetcluster.cli.pretraining import device_budgets, training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
@@ -135,7 +135,8 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
-    memory = {devices: training_memory(model_spec, fleet, devices, device_kind) for devices, _ in configs}
+    budgets = device_budgets(fleet, [name for devices, _ in configs for name in devices], device_kind)
+    memory = {devices: training_memory(model_spec, budgets, devices) for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []
     for round_index in range(repeats):

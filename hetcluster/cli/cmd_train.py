@@ -115,7 +115,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
-    from hetcluster.cli.pretraining import profile_paths, training_memory
+    from hetcluster.cli.pretraining import device_budgets, profile_paths, training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.profiling.profile import save_profile
     from hetcluster.training.coordinator import JobLedger, check_agents
@@ -137,7 +137,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     _adopt_checkpoint(profile, checkpoint_dir)
     if not profile_path.exists():
         save_profile(profile, profile_path)
-    memory = training_memory(spec, fleet, plan.chosen, options["device_kind"])
+    memory = training_memory(spec, device_budgets(fleet, plan.chosen, options["device_kind"]), plan.chosen)
     console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=source,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,

@@ -111,23 +111,31 @@ def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, s
     return budget, kind or "cpu"
 
 
+def device_budgets(fleet: Any, names: Any, device_kind: str | None = None) -> dict[str, tuple[int, str]]:
+    """Memory budget and kind of each named inventory device whose budget is known (asked once)."""
+    found = {}
+    for name in dict.fromkeys(names):
+        if name in fleet.names:
+            budget, kind = _budget_and_kind(fleet.device(name), device_kind)
+            if budget is not None:
+                found[name] = (int(budget), kind)
+    return found
+
+
 def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device_kind: str | None = None) -> tuple[Any, Any, Any]:
     """(devices, runs, job) for the planner, with each device's memory fit and slowdown filled in."""
     from hetcluster.memory.fit import plan_for
     from hetcluster.profiling.profile import to_planner_inputs
 
     devices, runs, job = to_planner_inputs(profile, total_steps, idle_power_counts=fleet.idle_power_counts)
+    budgets = device_budgets(fleet, [device.name for device in devices], device_kind)
     filled = []
     for device in devices:
-        entry = fleet.device(device.name) if device.name in fleet.names else None
-        if entry is None:
+        if device.name not in budgets:
             filled.append(device)
             continue
-        budget, kind = _budget_and_kind(entry, device_kind)
-        if budget is None:
-            filled.append(device)
-            continue
-        plan = plan_for(spec.name, spec.batch_size, int(budget), kind, input_shape=spec.input_shape, classes=spec.classes)
+        budget, kind = budgets[device.name]
+        plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
         # pre-training ran without memory plans, so the plan's predicted extra step time
         # (a fraction; 0 when the job fits as it is) enters the planner's time estimate here.
         filled.append(dataclasses.replace(device, memory_fits=bool(plan.fits),
@@ -155,8 +163,9 @@ class TrainingMemory:
                 f"predicted {self.plan.predicted_slowdown:+.1%} step time")
 
 
-def training_memory(spec: Any, fleet: Any, devices: Any, device_kind: str | None = None) -> TrainingMemory:
-    """The memory plan for training ``devices``: the tightest device's (smallest known budget).
+def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any) -> TrainingMemory:
+    """The memory plan for training ``devices``: the tightest device's (smallest known budget;
+    ``budgets`` from :func:`device_budgets`).
 
     One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
     all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
@@ -165,12 +174,7 @@ def training_memory(spec: Any, fleet: Any, devices: Any, device_kind: str | None
     """
     from hetcluster.memory.fit import plan_for
 
-    known = []
-    for name in devices:
-        if name in fleet.names:
-            budget, kind = _budget_and_kind(fleet.device(name), device_kind)
-            if budget:
-                known.append((int(budget), kind, name))
+    known = [(*budgets[name], name) for name in devices if name in budgets]
     if not known:
         return TrainingMemory()
     budget, kind, name = min(known)
