@@ -1,9 +1,10 @@
 """Turning a cumulative counter into a rate between consecutive reads.
 
-RAPL and NVML expose energy counters (power = ΔE/Δt); the emulated source exposes CPU time
+RAPL exposes energy counters (power = ΔE/Δt); the emulated source exposes CPU time
 (utilization = Δcpu/Δt). Both need the same bookkeeping: the counter's value at open, the
 previous read, and a minimum interval so two reads microseconds apart do not divide noise by
-almost nothing.
+almost nothing. Only for counters that move often: NVML's energy counter moves once every 100 ms
+on an H100, so its delta is no power reading (hetcluster/power/nvml.py reads the driver's).
 """
 
 from __future__ import annotations
