@@ -29,6 +29,8 @@ Figures from an H100 are in docs/power.md ("Measured on a real GPU").
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -38,6 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
@@ -65,6 +68,28 @@ while True:
         c = mm(a, b)
     sync()
 """
+
+
+def start_gpu_load() -> tuple[subprocess.Popen, str]:
+    """The load child, once it has its matrices on the GPU; and the library it uses."""
+    load = subprocess.Popen([sys.executable, "-c", LOAD_PROGRAM], stdout=subprocess.PIPE, text=True)
+    return load, (load.stdout.readline().strip() if load.stdout else "?")
+
+
+def stop_gpu_load(load: subprocess.Popen) -> None:
+    load.kill()
+    load.wait()
+
+
+@contextlib.contextmanager
+def gpu_load(settle_s: float = 3.0) -> Iterator[str]:
+    """A steady GPU load for the block, past its first ``settle_s`` seconds (clocks and power ramp)."""
+    load, lib = start_gpu_load()
+    try:
+        time.sleep(settle_s)
+        yield lib
+    finally:
+        stop_gpu_load(load)
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float = 60.0) -> str:
@@ -176,13 +201,12 @@ def phases_run(client: AgentClient, poller: DirectPoller, idle_s: float, load_s:
             samples.append(sample)
             now = time.monotonic()
             if load is None and "load_on" not in marks and now - marks["start"] >= idle_s:
-                load = subprocess.Popen([sys.executable, "-c", LOAD_PROGRAM], stdout=subprocess.PIPE, text=True)
                 marks["load_on"] = now
-                print(f"    load via {load.stdout.readline().strip() if load.stdout else '?'}")
+                load, lib = start_gpu_load()
+                print(f"    load via {lib}")
                 marks["load_ready"] = time.monotonic()
             if load is not None and now - marks["load_ready"] >= load_s:
-                load.kill()
-                load.wait()
+                stop_gpu_load(load)
                 load = None
                 marks["load_off"] = time.monotonic()
             if "load_off" in marks and now - marks["load_off"] >= idle_s:
@@ -190,7 +214,7 @@ def phases_run(client: AgentClient, poller: DirectPoller, idle_s: float, load_s:
     finally:
         stream.cancel()
         if load is not None:
-            load.kill()
+            stop_gpu_load(load)
     counter_end_j = poller.energy_counter_j()
     direct = poller.readings
     stream_pairs = [(s.monotonic_s, s.power_w) for s in samples]
@@ -208,7 +232,7 @@ def phases_run(client: AgentClient, poller: DirectPoller, idle_s: float, load_s:
     sources = sorted({s.source for s in samples})
     counter_j = (samples[-1].energy_j or 0.0) - (samples[0].energy_j or 0.0)
     wall0, wall1 = samples[0].wall_time_s, samples[-1].wall_time_s
-    no_counter = [s.__class__(**{**s.__dict__, "energy_j": None}) for s in samples]
+    no_counter = [dataclasses.replace(s, energy_j=None) for s in samples]
     trapezoid_j = energy_between(no_counter, wall0, wall1)
     print(f"(3) energy over the stream's {wall1 - wall0:.1f} s ({len(samples)} samples, source {', '.join(sources)}, "
           f"measured={all(s.measured for s in samples)})")
@@ -221,36 +245,26 @@ def phases_run(client: AgentClient, poller: DirectPoller, idle_s: float, load_s:
 
 
 def rates_under_load(client: AgentClient, seconds: float, result: dict) -> None:
+    """(4): run inside gpu_load()."""
     print(f"(4) StreamPower under steady GPU load, {seconds:.0f} s per rate")
     print(f"    {'asked Hz':>8} {'got Hz':>8} {'mean W':>8} {'CV':>7} {'min W':>8} {'max W':>8}")
-    load = subprocess.Popen([sys.executable, "-c", LOAD_PROGRAM], stdout=subprocess.PIPE, text=True)
     result["rates"] = {}
-    try:
-        if load.stdout:
-            load.stdout.readline()
-        time.sleep(3.0)
-        for rate_hz in (10.0, 50.0, 100.0):
-            samples = list(client.stream_power(rate_hz=rate_hz, duration_s=seconds))[1:]
-            watts = [s.power_w for s in samples]
-            got_hz = (len(samples) - 1) / (samples[-1].monotonic_s - samples[0].monotonic_s)
-            mean, cv = spread(watts)
-            print(f"    {rate_hz:8.0f} {got_hz:8.2f} {mean:8.1f} {cv * 100:6.1f}% {min(watts):8.1f} {max(watts):8.1f}")
-            result["rates"][str(int(rate_hz))] = {"got_hz": got_hz, "mean_w": mean, "cv": cv,
-                                                  "min_w": min(watts), "max_w": max(watts)}
-    finally:
-        load.kill()
-        load.wait()
+    for rate_hz in (10.0, 50.0, 100.0):
+        samples = list(client.stream_power(rate_hz=rate_hz, duration_s=seconds))[1:]
+        watts = [s.power_w for s in samples]
+        got_hz = (len(samples) - 1) / (samples[-1].monotonic_s - samples[0].monotonic_s)
+        mean, cv = spread(watts)
+        print(f"    {rate_hz:8.0f} {got_hz:8.2f} {mean:8.1f} {cv * 100:6.1f}% {min(watts):8.1f} {max(watts):8.1f}")
+        result["rates"][str(int(rate_hz))] = {"got_hz": got_hz, "mean_w": mean, "cv": cv,
+                                              "min_w": min(watts), "max_w": max(watts)}
 
 
 def counter_cadence(seconds: float, result: dict) -> None:
+    """(5): run inside gpu_load()."""
     print(f"(5) the energy counter's update cadence under GPU load ({seconds:.0f} s tight loop), and the driver's power readings")
     lib = nvml.load_nvml()
     lib.nvmlInit()
-    load = subprocess.Popen([sys.executable, "-c", LOAD_PROGRAM], stdout=subprocess.PIPE, text=True)
     try:
-        if load.stdout:
-            load.stdout.readline()
-        time.sleep(3.0)
         handle = lib.nvmlDeviceGetHandleByIndex(0)
         changes: list[tuple[float, int]] = []
         costs_s: list[float] = []
@@ -291,8 +305,6 @@ def counter_cadence(seconds: float, result: dict) -> None:
             print(f"    {name:<22} at 10 Hz: mean {mean:7.1f} W, CV {cv * 100:5.1f}%, min {min(values):.1f}, max {max(values):.1f}")
             result[name] = {"mean_w": mean, "cv": cv}
     finally:
-        load.kill()
-        load.wait()
         lib.nvmlShutdown()
 
 
@@ -314,8 +326,9 @@ def main() -> None:
             print_device_info(client, result)
             with DirectPoller() as poller:
                 phases_run(client, poller, args.idle_s, args.load_s, result)
-            rates_under_load(client, args.rate_s, result)
-            counter_cadence(2.0, result)
+            with gpu_load():  # one steady load for (4) and (5)
+                rates_under_load(client, args.rate_s, result)
+                counter_cadence(2.0, result)
         finally:
             client.close()
             agent.terminate()
