@@ -132,6 +132,33 @@ def test_memory_slowdown_enters_the_time():
     assert row["time_s"] == pytest.approx(125.0)
 
 
+def test_every_member_runs_under_the_costliest_members_memory_plan():
+    # training runs one plan for all workers, the tightest member's (cli.pretraining.training_memory):
+    # A's 10 steps/s and C's 2 steps/s both divided by C's 1.5 → AC: R = 8, T = 125 (not 10 + 2/1.5)
+    tight = DeviceMeasurement("C", 2.0, 10.0, 4.0, memory_slowdown=1.5)
+    table = estimate((A, B, tight), [], JobSpec(total_steps=1000)).set_index("devices")
+    assert table.loc[[("A",)], "steps_per_s"].iloc[0] == pytest.approx(10.0)
+    assert table.loc[[("C",)], "steps_per_s"].iloc[0] == pytest.approx(2.0 / 1.5)
+    assert table.loc[[("A", "B")], "steps_per_s"].iloc[0] == pytest.approx(15.0)
+    assert table.loc[[("A", "C")], "steps_per_s"].iloc[0] == pytest.approx(8.0)
+    assert table.loc[[("A", "C")], "time_s"].iloc[0] == pytest.approx(125.0)
+    assert table.loc[[("A", "B", "C")], "steps_per_s"].iloc[0] == pytest.approx(17.0 / 1.5)
+
+
+@pytest.mark.parametrize("family", ["queue", "waterfill"])
+def test_a_configurations_memory_plan_is_solved_as_if_every_member_were_that_slow(family):
+    # under contention too: ABC with C's plan (×1.4) and B's (×1.2) is the plain fleet with every
+    # rate divided by 1.4, and BA (no C) the plain fleet divided by 1.2
+    planned = (A, DeviceMeasurement("B", 5.0, 20.0, 10.0, memory_slowdown=1.2),
+               DeviceMeasurement("C", 2.0, 10.0, 4.0, memory_slowdown=1.4))
+    contention = Contention(family, 1.0 / 14.0)  # binds the plain rates (15.6), not the planned ones (12.1)
+    steps, _ = ThroughputModel(devices=planned, contention=contention).predict(np.array([7, 3, 1]))
+    for row, (mask, slowdown) in enumerate([(7, 1.4), (3, 1.2), (1, 1.0)]):
+        divided = tuple(DeviceMeasurement(d.name, d.steps_per_s / slowdown, d.busy_power_w, d.idle_power_w) for d in FLEET)
+        expected, _ = ThroughputModel(devices=divided, contention=contention).predict(np.array([mask]))
+        assert steps[row] == pytest.approx(expected[0], rel=1e-9)
+
+
 def test_waterfill_contention_by_hand():
     # capacity 12 steps/s shared max-min: AB → x_A = 7, x_B = 5 (θ = 7); A is busy 70 % of the time:
     # P = 50 + 50·0.7 + 20 = 105 W.

@@ -60,6 +60,21 @@ def test_classes_and_search_match_brute_force(seed, objective):
         assert class_counts(other) == class_counts(exact)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_classes_match_brute_force_when_some_classes_train_under_memory_plans(seed):
+    from dataclasses import replace
+
+    devices, runs, job = random_fleet(200 + seed)
+    slowdowns = {"c0": 1.3, "c1": 1.1}  # every configuration with a c0 device runs at 1/1.3
+    devices = [replace(d, memory_slowdown=slowdowns.get(d.class_key, 1.0)) for d in devices]
+    models = FittedModels.fit(devices, runs, job)
+    for objective in ("time", "edp"):
+        exact = plan(devices, runs, job, objective, mode="devices", models=models)
+        grouped = plan(devices, runs, job, objective, mode="classes", models=models)
+        assert grouped.table[grouped.objective.column].iloc[0] == pytest.approx(exact.table[exact.objective.column].iloc[0], rel=1e-6)
+        assert class_counts(grouped) == class_counts(exact)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_constrained_search_matches_brute_force(seed):
     devices, runs, job = random_fleet(100 + seed)

@@ -1,6 +1,8 @@
 """Estimate: one row of predictions per configuration (the planner's only table).
 
-    T(S) = t_pretrain + t_run(S)                             time_s (memory-plan slowdown is in R)
+    T(S) = t_pretrain + t_run(S)                             time_s (memory-plan slowdown is in R:
+                                                              every r_i divided by the largest
+                                                              member's plan slowdown, fleet.py)
     t_run(S) = max((N_rem + Σ_{i∈S} x_i·L_i) / R(S), max_{i∈S} F_i)     for N_rem = N − N_pre > 0
     P(S) = see power.py                                       power_w
     E(S) = E_pretrain + E_run(S), E_run ≈ P(S) · t_run(S)     energy_j (pre-training energy is the
@@ -46,7 +48,7 @@ from hetcluster.planner.configurations import (
     names_for_counts,
     row_sums,
 )
-from hetcluster.planner.fleet import Units
+from hetcluster.planner.fleet import Units, by_configuration_slowdown
 from hetcluster.planner.inputs import JobSpec, usable_runs, validate_inputs
 from hetcluster.planner.power import PowerModel
 from hetcluster.planner.throughput import ThroughputModel
@@ -103,6 +105,12 @@ def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows
 
 
 def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Every column for a weight matrix; a row whose members train under a memory plan that
+    slows the step is evaluated with every member's rate under that plan (fleet.py)."""
+    return by_configuration_slowdown(units, weights, lambda group, rows: _evaluate_under(models, group, rows))
+
+
+def _evaluate_under(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
     job = models.job
     dynamic_w = units.busy_power_w - units.idle_power_w
     startup = units.has_startup and job.remaining_steps > 0

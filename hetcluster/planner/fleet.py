@@ -8,7 +8,7 @@ the only difference between exact enumeration and class aggregation, so both sha
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class Units:
     startup_s: np.ndarray | None = None     # steady-line intercept of a run alone (None: all 0)
     first_step_s: np.ndarray | None = None  # run start → first completed step (None: all 0)
     startup_power_w: np.ndarray | None = None  # mean power over the start-up (0/None: not measured)
+    memory_slowdown: np.ndarray | None = None  # step-time multiplier of each unit's own memory plan
+                                               # (already divided out of rate_steps_per_s; None: all 1)
 
     @property
     def has_startup(self) -> bool:
@@ -45,6 +47,26 @@ class Units:
         if self.startup_s is None or self.startup_power_w is None:
             return np.zeros(self.size), np.zeros(self.size)
         return np.where(self.startup_power_w > 0, self.startup_s, 0.0), self.startup_power_w
+
+    def configuration_slowdown(self, weights: np.ndarray) -> np.ndarray | None:
+        """Per row of ``weights``, the memory-plan step-time multiplier every member trains under;
+        None where no unit has a plan that slows its step (the common case: nothing to do).
+
+        One traced step serves every worker of ParameterServerStrategy, so training runs all
+        members under one plan, the tightest member's (cli.pretraining.training_memory). For the
+        same model and kind a smaller budget never has a cheaper plan, so that is the largest of
+        the members' own slowdowns; where kinds differ the largest is an upper bound."""
+        if self.memory_slowdown is None or not np.any(self.memory_slowdown != 1.0):
+            return None
+        return np.where(weights > 0, self.memory_slowdown[None, :], 1.0).max(axis=1)
+
+    def under_slowdown(self, slowdown: float) -> "Units":
+        """These units with every rate divided by one configuration's ``slowdown`` instead of each
+        unit's own plan's (see configuration_slowdown)."""
+        own = self.memory_slowdown if self.memory_slowdown is not None else np.ones(self.size)
+        scale = own / float(slowdown)
+        return replace(self, rate_steps_per_s=self.rate_steps_per_s * scale,
+                       rate_std_steps_per_s=self.rate_std_steps_per_s * scale)
 
     @property
     def counts(self) -> np.ndarray:
@@ -69,6 +91,7 @@ def device_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
         startup_s=np.array([d.startup_s for d in devices], dtype=np.float64),
         first_step_s=np.array([d.first_step_s for d in devices], dtype=np.float64),
         startup_power_w=np.array([d.startup_power_w for d in devices], dtype=np.float64),
+        memory_slowdown=np.array([d.memory_slowdown for d in devices], dtype=np.float64),
     )
 
 
@@ -116,7 +139,23 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         startup_s=np.array(startup, dtype=np.float64),
         first_step_s=np.array(first, dtype=np.float64),
         startup_power_w=np.array(startup_power, dtype=np.float64),
+        memory_slowdown=np.array([key[2] for key in groups], dtype=np.float64),
     )
+
+
+def by_configuration_slowdown(units: Units, weights: np.ndarray, columns) -> dict[str, np.ndarray]:
+    """``columns(units, weights)`` → {name: one value per row}, evaluated for each group of rows
+    that train under one memory-plan slowdown with the rates of that slowdown
+    (Units.configuration_slowdown, Units.under_slowdown); one call where no plan slows a step."""
+    slowdown = units.configuration_slowdown(weights)
+    if slowdown is None:
+        return columns(units, weights)
+    out: dict[str, np.ndarray] = {}
+    for value in np.unique(slowdown):
+        rows = np.flatnonzero(slowdown == value)
+        for key, column in columns(units.under_slowdown(value), weights[rows]).items():
+            out.setdefault(key, np.empty((len(weights),) + column.shape[1:], dtype=column.dtype))[rows] = column
+    return out
 
 
 def _mean_startup_power_w(group) -> float:
