@@ -11,6 +11,7 @@ import pytest
 from hetcluster.errors import EmulationError
 
 from hetcluster.emulation.cgroups import DeviceCgroup, detect_cgroups, own_cgroup_paths, parse_mounts, remove_dirs
+from busy import BUSY_UNTIL_ORPHANED
 
 
 def _fake_v1(root: Path) -> None:
@@ -109,7 +110,7 @@ def test_real_cgroup_quota_slows_a_busy_process():
         pytest.skip("no writable cgroup with a cpu controller on this machine")
     name = f"test{os.getpid()}"
     group = cgroups.create(name, "dev", 0.2, 256 * 2**20)
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    child = subprocess.Popen([sys.executable, "-c", BUSY_UNTIL_ORPHANED])
     try:
         group.add_pid(child.pid)
         assert child.pid in group.pids()

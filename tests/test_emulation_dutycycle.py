@@ -9,13 +9,18 @@ import pytest
 
 from hetcluster.emulation.dutycycle import DutyCycler, duty_for_share, run_duty_cycle
 from hetcluster.errors import EmulationError
+from busy import BUSY_UNTIL_ORPHANED
 
-# The parent idles; after 0.5 s it starts a busy child (like an agent starting a TF server).
+# The parent idles; after 0.5 s it starts a busy child (like an agent starting a TF server), and
+# both end when the test's process is gone.
 LATE_CHILD = (
-    "import subprocess, sys, time\n"
+    "import os, subprocess, sys, time\n"
+    "parent = os.getppid()\n"
     "time.sleep(0.5)\n"
-    "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
-    "child.wait()\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {BUSY_UNTIL_ORPHANED!r}])\n"
+    "while os.getppid() == parent and child.poll() is None:\n"
+    "    time.sleep(0.2)\n"
+    "child.kill()\n"
 )
 
 
