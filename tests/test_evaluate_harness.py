@@ -32,6 +32,7 @@ def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
         for side in ("predicted", "measured"):
             assert set(config[side]) >= {"time_s", "power_w", "energy_j", "edp_js"}
         assert config["run"]["steps_total"] == TOTAL and config["run"]["steps_applied"] == TOTAL
+        assert config["run"]["memory_plan"] == ""  # plain TensorFlow fits this fleet: no plan traced
         # what pre-training predicted each worker from: its first step and its steady rate
         first, steady = config["run"]["first_step_s"], config["run"]["steady_steps_per_s"]
         assert set(first) <= set(config["devices"]) and config["devices"][0] in first

@@ -134,6 +134,35 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     assert job.pretrain_steps == done and job.remaining_steps == 500 - done
 
 
+def test_a_device_that_plain_tensorflow_does_not_fit_is_measured_under_its_memory_plan(fleet, tmp_path):
+    """slow's budget is a byte under what plain TensorFlow needs: its solo run and the set with it
+    train under its plan (recomputation), as training would run them; fast alone trains plain."""
+    from hetcluster.cli.pretraining import training_memory
+    from hetcluster.memory.fit import plan_for
+    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
+
+    spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
+                           classes=spec.classes).predicted_peak_bytes
+    budgets = {"fast": (8 << 30, "cpu"), "slow": (plain_bytes - 1, "cpu")}
+    settings = PretrainSettings(steps_per_run=8, warmup_steps=2, warmup_s=0.5, idle_s=0.5, max_sets=1,
+                                min_window_s=0.5, max_steps_per_run=12, recheck_fastest=False)
+    events = []
+    profile = run_pretraining(fleet, spec, str(tmp_path / "ckpt"), settings=settings,
+                              memory=lambda names: training_memory(spec, budgets, list(names)),
+                              on_event=lambda kind, details: events.append((kind, details)))
+    fast, slow = profile.devices
+    assert (fast.name, fast.memory_plan, fast.memory_slowdown) == ("fast", "", 1.0)
+    assert slow.name == "slow" and slow.memory_plan.startswith("recompute") and slow.memory_slowdown > 1.0
+    [run] = profile.runs
+    assert (run.memory_plan, run.memory_slowdown) == (slow.memory_plan, slow.memory_slowdown)
+    # what each run's workers really traced (RunResult.memory_plan), and what the display was told
+    ran = {tuple(sorted({w for _, _, w in d["result"].step_times})): d["result"].memory_plan
+           for kind, d in events if kind == "run_done"}
+    assert ran == {("fast",): "", ("slow",): slow.memory_plan, ("fast", "slow"): slow.memory_plan}
+    assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == ["", slow.memory_plan, slow.memory_plan]
+
+
 @pytest.fixture
 def class_fleet(tmp_path):
     with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),

@@ -141,3 +141,31 @@ def test_the_cli_says_which_device_stood_for_its_class():
     assert class_copy_lines(profile) == []
     profile.devices[1].measured_on = "a"
     assert class_copy_lines(profile) == ["  measured once for its class: a stands for b"]
+
+
+def test_rates_measured_under_a_memory_plan_reach_the_planner_as_plain_rates():
+    """A run trained under a memory plan (pre-training gives a device that plain TensorFlow does
+    not fit its plan) is handed to the planner as plain TF would train: its rates times the plan's
+    predicted slowdown, which the planner divides out again, so the device's own plan reproduces
+    what was measured."""
+    from hetcluster.planner import estimate
+
+    profile = _profile()
+    profile.devices[1] = dataclasses.replace(profile.devices[1], memory_plan="recompute_conv", memory_slowdown=1.25)
+    profile.runs[0] = dataclasses.replace(profile.runs[0], memory_plan="recompute_conv", memory_slowdown=1.25)
+    devices, runs, job = to_planner_inputs(profile, total_steps=1000)
+    assert devices[0].steps_per_s == 10.0 and devices[1].steps_per_s == pytest.approx(5.0)
+    assert devices[1].steps_per_s_std == pytest.approx(0.25)
+    assert runs[0].steps_per_s == pytest.approx(12.5 * 1.25) and runs[0].time_s == pytest.approx(1.6 / 1.25)
+    assert runs[0].per_device_steps == {"a": 15, "b": 7}  # over the shorter time: each rate × 1.25
+    # with b's plan charged (cli.pretraining.planner_inputs fills it in), b alone is what it measured
+    devices = [dataclasses.replace(d, memory_slowdown=1.25) if d.name == "b" else d for d in devices]
+    table = estimate(devices, [], job).set_index("devices")
+    assert table.loc[[("b",)], "steps_per_s"].iloc[0] == pytest.approx(4.0)
+    assert table.loc[[("a",)], "steps_per_s"].iloc[0] == pytest.approx(10.0)
+    # kept in the profile, and profiles written before it load as plain
+    assert Profile.from_dict(profile.to_dict()) == profile
+    data = _profile().to_dict()
+    for record in (*data["devices"], *data["runs"]):
+        del record["memory_plan"], record["memory_slowdown"]
+    assert Profile.from_dict(data).devices[1].memory_slowdown == 1.0

@@ -61,3 +61,12 @@ def test_no_known_budget_means_plain_tensorflow(tmp_path):
     memory = training_memory(MODEL, device_budgets(fleet, fleet.names), ("ghost",))
     assert memory.budget_bytes == 0 and memory.plan is None
     assert "no chosen device has a known budget" in memory.describe()
+
+
+def test_a_plans_slowdown_and_technique_are_plain_where_plain_tensorflow_fits(tmp_path):
+    tight = _plain_peak_bytes() - 1
+    budgets = device_budgets(_fleet(tmp_path, {"big": 8 << 30, "small": tight}), ["big", "small"])
+    plain, planned = training_memory(MODEL, budgets, ("big",)), training_memory(MODEL, budgets, ("big", "small"))
+    assert (plain.slowdown, plain.technique) == (1.0, "")
+    assert planned.technique == planned.plan.technique and planned.technique.startswith("recompute")
+    assert planned.slowdown == pytest.approx(1.0 + planned.plan.predicted_slowdown) and planned.slowdown > 1.0

@@ -61,8 +61,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     if output_format not in FORMATS:
         raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
     opt.check_total_steps(total_steps)
-    if device_kind is not None and device_kind not in ("cpu", "unified", "discrete-gpu"):
-        raise ConfigError(f"Unknown device kind {device_kind!r}.", hint="use cpu, unified or discrete-gpu.")
+    opt.check_device_kind(device_kind)
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)
@@ -72,7 +71,8 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     from hetcluster.planner import plan as make
 
     measured = obtain_profile(fleet, spec, source, workdir, profile, steps_per_run=pretrain_steps,
-                              warmup_steps=warmup_steps, console=console, total_steps=total_steps)
+                              warmup_steps=warmup_steps, console=console, total_steps=total_steps,
+                              device_kind=device_kind)
     if measured.pretrain_steps >= total_steps:
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")

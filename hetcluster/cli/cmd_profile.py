@@ -23,6 +23,7 @@ def profile_command(
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
     workdir: Path = opt.WORKDIR,
+    device_kind: Optional[str] = opt.DEVICE_KIND,
     total_steps: Optional[int] = typer.Option(
         None, "--total-steps", "-n",
         help="Steps of the whole job this profile is for: pre-training then takes up to a third of them "
@@ -32,20 +33,23 @@ def profile_command(
     from hetcluster.cli.pretraining import run_pretraining_with_display
 
     opt.check_total_steps(total_steps)
+    opt.check_device_kind(device_kind)
     console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)
     profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
-                                           warmup_steps=warmup_steps, console=console, total_steps=total_steps)
+                                           warmup_steps=warmup_steps, console=console, total_steps=total_steps,
+                                           device_kind=device_kind)
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
-    for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)"):
-        table.add_column(column, justify="left" if column == "devices" else "right")
+    for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)", "memory plan"):
+        table.add_column(column, justify="left" if column in ("devices", "memory plan") else "right")
     for device in profile.devices:
         table.add_row(device.name, f"{device.steps_per_s:.2f} ± {device.steps_per_s_std:.2f}", f"{device.busy_power_w:.1f}",
-                      f"{device.idle_power_w:.1f}", str(device.steps), f"{device.time_s:.1f}")
+                      f"{device.idle_power_w:.1f}", str(device.steps), f"{device.time_s:.1f}", device.memory_plan or "plain")
     for run in profile.runs:
-        table.add_row("+".join(run.devices), f"{run.steps_per_s:.2f}", f"{run.power_w:.1f}", "", str(run.steps), f"{run.time_s:.1f}")
+        table.add_row("+".join(run.devices), f"{run.steps_per_s:.2f}", f"{run.power_w:.1f}", "", str(run.steps),
+                      f"{run.time_s:.1f}", run.memory_plan or "plain")
     console.print(table)
 
 

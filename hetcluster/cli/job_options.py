@@ -68,6 +68,13 @@ def check_total_steps(total_steps: int | None) -> int | None:
     return total_steps
 
 
+def check_device_kind(device_kind: str | None) -> str | None:
+    """A --device-kind: one the memory model knows, when given."""
+    if device_kind is not None and device_kind not in ("cpu", "unified", "discrete-gpu"):
+        raise ConfigError(f"Unknown device kind {device_kind!r}.", hint="use cpu, unified or discrete-gpu.")
+    return device_kind
+
+
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ConfigError(f"Unknown objective {objective!r}.", hint=f"use one of {', '.join(OBJECTIVES)}.")

@@ -26,29 +26,47 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
 
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
                                  warmup_steps: int, console: Console, device_names: list[str] | None = None,
-                                 total_steps: int | None = None) -> Any:
-    """Pre-train on the fleet with a rich progress display; save the profile atomically."""
+                                 total_steps: int | None = None, device_kind: str | None = None) -> Any:
+    """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
+    trains under the memory plan training would give its devices (:func:`training_memory`), so a
+    device that plain TensorFlow does not fit is measured under its plan."""
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names))
+    budgets: dict[str, tuple[int, str]] = {}
+    asked: set[str] = set()   # a device's budget is asked when it first runs: past its health check
+    plans: dict[frozenset, TrainingMemory] = {}
+
+    def memory(names: Any) -> TrainingMemory:
+        new = [name for name in names if name not in asked]
+        budgets.update(device_budgets(fleet, new, device_kind))
+        asked.update(new)
+        key = frozenset(names)
+        if key not in plans:
+            plans[key] = training_memory(spec, budgets, list(names))
+        return plans[key]
+
     # the phase's run count is known only once the solo rates have chosen the sets: "7/?" until then
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         overall = progress.add_task("pre-training runs", total=None)
         current: dict[str, Any] = {}
 
+        def run_label(details: dict[str, Any]) -> str:
+            plan = details.get("memory_plan") or getattr(details.get("result"), "memory_plan", "")
+            return "+".join(details["devices"]) + (f" (memory plan {plan})" if plan else "")
+
         def on_event(kind: str, details: dict[str, Any]) -> None:
             if kind == "run_start":
-                label = "+".join(details["devices"])
-                current["task"] = progress.add_task(f"  run {label}", total=details["steps"])
+                current["task"] = progress.add_task(f"  run {run_label(details)}", total=details["steps"])
             elif kind == "progress" and "task" in current:
                 progress.update(current["task"], completed=details["done"], total=details["to_do"])
             elif kind == "run_done" and "task" in current:
                 lost = f" (lost: {', '.join(details['lost'])})" if details.get("lost") else ""
-                progress.update(current["task"], description=f"  run {'+'.join(details['devices'])}: "
+                progress.update(current["task"], description=f"  run {run_label(details)}: "
                                 f"{details['steps_per_s']:.2f} steps/s{lost}")
                 progress.advance(overall)
             elif kind == "idle":
@@ -59,7 +77,7 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
                 progress.console.print(f"[yellow]warning:[/] excluded {who}: {details['reason']}")
 
         profile = run_pretraining(fleet, spec, str(checkpoint_dir), data=data, settings=settings,
-                                  device_names=device_names, on_event=on_event)
+                                  device_names=device_names, on_event=on_event, memory=memory)
     save_profile(profile, profile_path)
     console.print(f"pre-training: {profile.pretrain_steps} steps in {profile.pretrain_time_s:.1f} s, "
                   f"{profile.pretrain_energy_j:.0f} J; profile {profile_path}")
@@ -79,7 +97,8 @@ def class_copy_lines(profile: Any) -> list[str]:
 
 
 def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
-                   warmup_steps: int, console: Console, total_steps: int | None = None) -> Any:
+                   warmup_steps: int, console: Console, total_steps: int | None = None,
+                   device_kind: str | None = None) -> Any:
     """The profile given with --profile, else a fresh pre-training run."""
     from hetcluster.errors import ProfileError
     from hetcluster.profiling.profile import load_profile
@@ -91,7 +110,8 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
                                hint="pass the same --model, or pre-train again without --profile.")
         return loaded
     return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
-                                        warmup_steps=warmup_steps, console=console, total_steps=total_steps)
+                                        warmup_steps=warmup_steps, console=console, total_steps=total_steps,
+                                        device_kind=device_kind)
 
 
 def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:
@@ -136,8 +156,9 @@ def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device
             continue
         budget, kind = budgets[device.name]
         plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
-        # pre-training ran without memory plans, so the plan's predicted extra step time
-        # (a fraction; 0 when the job fits as it is) enters the planner's time estimate here.
+        # the planner's rates are plain TensorFlow's (a run pre-trained under a plan is multiplied
+        # back by its slowdown: to_planner_inputs), so the plan's predicted extra step time (a
+        # fraction; 0 when the job fits as it is) enters the planner's time estimate here.
         filled.append(dataclasses.replace(device, memory_fits=bool(plan.fits),
                                           memory_slowdown=1.0 + float(plan.predicted_slowdown) if plan.fits else 1.0))
     return filled, runs, job
@@ -152,6 +173,16 @@ class TrainingMemory:
     device_kind: str = "cpu"
     device: str = ""
     plan: Any = None
+
+    @property
+    def slowdown(self) -> float:
+        """The plan's predicted step-time multiplier (1.0 for plain TensorFlow)."""
+        return 1.0 + float(self.plan.predicted_slowdown) if self.budget_bytes else 1.0
+
+    @property
+    def technique(self) -> str:
+        """The memory scheduler's technique the step runs under ("": plain TensorFlow)."""
+        return self.plan.technique if self.budget_bytes else ""
 
     def describe(self) -> str:
         if self.plan is None:

@@ -54,7 +54,8 @@ def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetr
                        "steps_total": result.steps_total, "steps_per_s": result.steps_per_s,
                        "steps_per_worker": result.steps_per_worker, "lost_workers": result.lost_workers,
                        "energy_per_device_j": measured_run.energy_per_device_j,
-                       "final_loss": result.final_loss, **worker_timings(result, warmup_steps)}}
+                       "final_loss": result.final_loss, "memory_plan": result.memory_plan,
+                       **worker_timings(result, warmup_steps)}}
     return ConfigurationResult(tuple(devices), predicted, metrics, details=details)
 
 

@@ -169,8 +169,9 @@ class ThroughputModel:
 
 
 def _as_measured_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
-    """Units with the solo rates pre-training measured: its runs ran without memory plans, so
-    the contention is fitted on those rates and the plans' slowdowns only enter predictions.
+    """Units with the solo rates as plain TensorFlow trains (what pre-training measured, a run
+    under a memory plan multiplied back by its slowdown: profile.to_planner_inputs), so the
+    contention is fitted on those rates and the plans' slowdowns only enter predictions.
     Big fleets fit on classes: the same numbers for identical devices, a dozen columns not 1000."""
     measured = tuple(replace(d, memory_slowdown=1.0) for d in devices)
     return class_units(measured) if len(devices) > FIT_ON_CLASSES_ABOVE else device_units(measured)

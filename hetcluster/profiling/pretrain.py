@@ -43,7 +43,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from hetcluster.errors import AgentError, HetclusterError, ProfileError
 from hetcluster.models.datasets import DataSource
@@ -82,6 +82,24 @@ WARMUP_S = 3.0
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
 # its step stamps included), "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
+
+# memory(devices) → the memory plan a run of those devices trains under, as training would run
+# them (cli.pretraining.training_memory: the tightest member's plan), with ``budget_bytes`` (0:
+# plain TensorFlow), ``device_kind``, ``slowdown`` (its predicted step-time multiplier) and
+# ``technique``. None: every run plain TensorFlow.
+MemoryFn = Callable[[Sequence[str]], Any]
+
+
+class RunMemory(NamedTuple):
+    """The memory plan one pre-training run trains under (plain TensorFlow: PLAIN)."""
+
+    budget_bytes: int = 0          # TrainSpec.memory_budget_bytes (0: plain TensorFlow)
+    device_kind: str = "cpu"
+    slowdown: float = 1.0          # the plan's predicted step-time multiplier
+    technique: str = ""
+
+
+PLAIN = RunMemory()
 
 
 @dataclass(frozen=True)
@@ -193,10 +211,11 @@ class _Phase:
     """State of one pre-training phase: clients, recorders, the running step count."""
 
     def __init__(self, inventory: Any, model: ModelSpec, data: DataSource, checkpoint_dir: str,
-                 settings: PretrainSettings, on_event: EventFn | None) -> None:
+                 settings: PretrainSettings, on_event: EventFn | None, memory: MemoryFn | None = None) -> None:
         self.inventory, self.model, self.data = inventory, model, data
         self.checkpoint_dir, self.settings = checkpoint_dir, settings
         self.on_event = on_event or (lambda kind, details: None)
+        self.memory_of = memory
         self.excluded: dict[str, str] = {}
         self.recorders: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
@@ -236,6 +255,13 @@ class _Phase:
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
 
+    def memory(self, names: Sequence[str]) -> RunMemory:
+        """The memory plan a run of ``names`` trains under."""
+        plan = self.memory_of(names) if self.memory_of is not None else None
+        if plan is None or not plan.budget_bytes:
+            return PLAIN
+        return RunMemory(int(plan.budget_bytes), plan.device_kind, float(plan.slowdown), plan.technique)
+
     def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
                 window_s: float | None = None) -> tuple[Any, float, float]:
         """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
@@ -248,14 +274,16 @@ class _Phase:
 
         settings = self.settings
         steps = steps or settings.steps_per_run
+        memory = self.memory(names)
         spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
+                         memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
         entries = [self.inventory.device(n) for n in names]
-        self.on_event("run_start", {"devices": list(names), "steps": steps})
+        self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique})
         try:
             with launch_cluster(entries, self.inventory.parameter_server_host,
                                 ready_timeout_s=settings.ready_timeout_s, wait=False) as launched:
@@ -327,13 +355,15 @@ def _startup_power_w(recorder: Any, result: Any, first_step_s: float, startup_s:
     return recorder.mean_power_w(result.start_wall_s, result.start_wall_s + window_s)
 
 
-def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, recorders: dict[str, Any]) -> RunProfile:
+def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, recorders: dict[str, Any],
+             memory: RunMemory = PLAIN) -> RunProfile:
     """A calibration set's measurement. Over the window where every member trained steadily
     (RunResult.steady_rates) when the run reached one: each member's rate and power there. Else
     (the step cap came first) as the run went: each member's power over its own steady window
     (else the run's), each steady member's own rate, and the set's throughput with a lone first
-    step counted as one over its duration."""
+    step counted as one over its duration. ``memory``: the plan it ran under (_Phase.memory)."""
     energy_j = sum(recorders[n].energy_j(t0, t1) for n in members)
+    planned = {"memory_slowdown": memory.slowdown, "memory_plan": memory.technique}
     steady = result.steady_rates()
     if steady is not None:
         s0, s1, rates = steady
@@ -342,7 +372,7 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
         per_device_steps = {n: round(rates[n] * (s1 - s0)) for n in members}
         return RunProfile(devices=members, steps=sum(per_device_steps.values()), time_s=s1 - s0,
                           steps_per_s=sum(rates.values()), power_w=sum(per_device_w.values()), energy_j=energy_j,
-                          per_device_steps=per_device_steps, per_device_power_w=per_device_w)
+                          per_device_steps=per_device_steps, per_device_power_w=per_device_w, **planned)
     log.warning("calibration run %s: the step cap came before a window where every member trained steadily; "
                 "measured as the run went", "+".join(members))
     # each member's power over its own steady window (else the whole run's window): the
@@ -359,12 +389,13 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
         # (only workers with a steady rate: a lone first step is set-up, not throughput)
         per_device_steps={n: max(1, round(rate * (t1 - t0)))
                           for n, rate in result.worker_steps_per_s(steady_only=True).items()},
-        per_device_power_w=per_device_w)
+        per_device_power_w=per_device_w, **planned)
 
 
 def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run") -> tuple[DeviceProfile, int] | None:
     """Train ``name`` alone (``_Phase.measure``'s defaults) and return its DeviceProfile with the
     steps the run applied; None, the device excluded, when the run fails or loses it."""
+    memory = phase.memory([name])
     try:
         result, t0, t1 = phase.measure([name])
     except HetclusterError as error:
@@ -382,7 +413,7 @@ def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run
         power_source=(recorder.samples[-1].source if recorder.samples else ""),
         first_step_s=first_step_s, startup_s=startup_s,
         startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s),
-        solo_rates_steps_per_s=[result.steps_per_s])
+        solo_rates_steps_per_s=[result.steps_per_s], memory_slowdown=memory.slowdown, memory_plan=memory.technique)
     return device, result.steps_applied
 
 
@@ -414,7 +445,8 @@ def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProf
         startup_s=mean_of_measured(first.startup_s, second.startup_s),
         startup_power_w=mean_of_measured(first.startup_power_w, second.startup_power_w),
         solo_rates_steps_per_s=[*first.solo_rates_steps_per_s, *second.solo_rates_steps_per_s],
-        device_class=first.device_class, measured_on=first.measured_on)
+        device_class=first.device_class, measured_on=first.measured_on,
+        memory_slowdown=first.memory_slowdown, memory_plan=first.memory_plan)
 
 
 def device_classes(inventory: Any, names: Sequence[str]) -> dict[str, str | None]:
@@ -449,13 +481,16 @@ def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_
 
 def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
-                    on_event: EventFn | None = None) -> Profile:
+                    on_event: EventFn | None = None, memory: MemoryFn | None = None) -> Profile:
     """Measure every device alone and the calibration sets; return the Profile (not yet saved).
 
-    Raises ProfileError when no device could be measured.
+    ``memory`` gives each run the memory plan training would run those devices under (MemoryFn),
+    so a device that plain TensorFlow does not fit is measured under its plan, not lost to an
+    out-of-memory error; None runs everything plain. Raises ProfileError when no device could be
+    measured.
     """
     settings = settings or PretrainSettings()
-    phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event)
+    phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event, memory)
     phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
     start_steps = phase.steps_total
     names = list(device_names or inventory.names)
@@ -501,7 +536,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                 for name in result.lost_workers:
                     phase.exclude(name, f"lost during the run of {'+'.join(members)}")
                 continue
-            runs.append(_set_run(members, result, t0, t1, phase.recorders))
+            runs.append(_set_run(members, result, t0, t1, phase.recorders, phase.memory(members)))
         if fastest is not None and fastest not in phase.excluded:
             again = _solo_profile(phase, fastest, idle_w[fastest], what="second solo run")
             if again is not None:

@@ -35,7 +35,9 @@ class DeviceProfile:
     ``device_class``: the inventory's class of identical devices (None: a class of its own); the
     planner lists a class's devices as counts (docs/planner.md, "Scale"). ``measured_on``: the
     device of the same class whose solo run these figures are ("": this device's own); only the
-    idle power is its own.
+    idle power is its own. ``memory_plan``: the memory scheduler's technique the solo run trained
+    under, where plain TensorFlow does not fit the device ("": plain), and ``memory_slowdown`` its
+    predicted step-time multiplier: the figures above are as measured, under that plan.
     """
 
     name: str
@@ -53,11 +55,15 @@ class DeviceProfile:
     solo_rates_steps_per_s: list[float] = field(default_factory=list)
     device_class: str | None = None
     measured_on: str = ""
+    memory_plan: str = ""
+    memory_slowdown: float = 1.0
 
 
 @dataclass
 class RunProfile:
-    """One measured run of a set of devices together (warm-up excluded from time and power)."""
+    """One measured run of a set of devices together (warm-up excluded from time and power), under
+    the memory plan of its tightest member where plain TensorFlow does not fit it (``memory_plan``,
+    its predicted step-time multiplier ``memory_slowdown``; as in DeviceProfile)."""
 
     devices: tuple[str, ...]
     steps: int
@@ -67,6 +73,8 @@ class RunProfile:
     energy_j: float
     per_device_steps: dict[str, int] = field(default_factory=dict)
     per_device_power_w: dict[str, float] = field(default_factory=dict)
+    memory_plan: str = ""
+    memory_slowdown: float = 1.0
 
 
 @dataclass
@@ -116,20 +124,21 @@ class Profile:
         rows = []
         for d in self.devices:
             rows.append({"kind": "idle", "devices": d.name, "num_devices": 1, "steps": 0, "time_s": 0.0,
-                         "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.idle_power_w, "energy_j": 0.0})
+                         "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.idle_power_w, "energy_j": 0.0,
+                         "memory_plan": ""})
             if d.measured_on:
                 continue
             rows.append({"kind": "solo", "devices": d.name, "num_devices": 1, "steps": d.steps, "time_s": d.time_s,
                          "steps_per_s": d.steps_per_s, "steps_per_s_std": d.steps_per_s_std,
-                         "power_w": d.busy_power_w, "energy_j": d.energy_j})
+                         "power_w": d.busy_power_w, "energy_j": d.energy_j, "memory_plan": d.memory_plan})
             if d.startup_power_w > 0:  # the solo run's start-up, where it was measured
                 rows.append({"kind": "startup", "devices": d.name, "num_devices": 1, "steps": 0, "time_s": d.startup_s,
                              "steps_per_s": 0.0, "steps_per_s_std": 0.0, "power_w": d.startup_power_w,
-                             "energy_j": d.startup_power_w * d.startup_s})
+                             "energy_j": d.startup_power_w * d.startup_s, "memory_plan": d.memory_plan})
         for r in self.runs:
             rows.append({"kind": "set", "devices": "+".join(r.devices), "num_devices": len(r.devices),
                          "steps": r.steps, "time_s": r.time_s, "steps_per_s": r.steps_per_s, "steps_per_s_std": 0.0,
-                         "power_w": r.power_w, "energy_j": r.energy_j})
+                         "power_w": r.power_w, "energy_j": r.energy_j, "memory_plan": r.memory_plan})
         return rows
 
 
@@ -166,12 +175,16 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
     """``(devices, runs, job)`` for the planner, from a profile and the job's total steps."""
     from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement
 
-    devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s, busy_power_w=d.busy_power_w,
-                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std,
+    # the planner takes rates as plain TensorFlow would train (it divides them by a configuration's
+    # plan slowdown itself): a run measured under a plan has its rates multiplied back by that
+    # plan's predicted slowdown (1 where it ran plain), so a device's own plan reproduces its measurement
+    devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s * d.memory_slowdown, busy_power_w=d.busy_power_w,
+                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std * d.memory_slowdown,
                                  first_step_s=d.first_step_s, startup_s=d.startup_s,
                                  startup_power_w=d.startup_power_w, class_key=d.device_class)
                for d in profile.devices]
-    runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s, steps_per_s=r.steps_per_s,
+    runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s / r.memory_slowdown,
+                           steps_per_s=r.steps_per_s * r.memory_slowdown,
                            power_w=r.power_w, per_device_steps=dict(r.per_device_steps),
                            per_device_power_w=dict(r.per_device_power_w))
             for r in profile.runs]
