@@ -48,7 +48,7 @@ from hetcluster.planner.configurations import (
     names_for_counts,
     row_sums,
 )
-from hetcluster.planner.fleet import Units, by_configuration_slowdown
+from hetcluster.planner.fleet import Units
 from hetcluster.planner.inputs import JobSpec, usable_runs, validate_inputs
 from hetcluster.planner.power import PowerModel
 from hetcluster.planner.throughput import ThroughputModel
@@ -87,27 +87,30 @@ def weights_of(units: Units, configs: np.ndarray) -> np.ndarray:
 
 def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12) -> dict[str, np.ndarray]:
     """Predict every column for configurations (masks or count vectors), chunk by chunk so the
-    weight matrices stay small and in cache."""
+    weight matrices stay small and in cache. Configurations whose members train under a memory
+    plan that slows the step are evaluated with every member's rate under that plan, one group of
+    whole chunks per distinct slowdown (Units.configuration_slowdowns)."""
     if len(configs) == 0:
         raise PlanningError("No configurations to evaluate.")
+    slowdown = units.configuration_slowdowns(configs)
+    if slowdown is None:
+        groups = [(units, None)]
+    else:
+        groups = [(units.under_slowdown(value), np.flatnonzero(slowdown == value)) for value in np.unique(slowdown)]
     out: dict[str, np.ndarray] = {}
     floats = None
-    for start in range(0, len(configs), chunk_rows):
-        part = _evaluate_weights(models, units, weights_of(units, configs[start:start + chunk_rows]))
-        if floats is None:  # the float columns share one row-major block: no copy into pandas
-            names = [k for k, v in part.items() if v.dtype == np.float64]
-            floats = np.empty((len(configs), len(names)))
-            out = {k: floats[:, i] for i, k in enumerate(names)}
-            out.update({k: np.empty(len(configs), dtype=v.dtype) for k, v in part.items() if k not in out})
-        for key, value in part.items():
-            out[key][start:start + len(value)] = value
+    for group_units, rows in groups:
+        for start in range(0, len(configs) if rows is None else len(rows), chunk_rows):
+            where = slice(start, start + chunk_rows) if rows is None else rows[start:start + chunk_rows]
+            part = _evaluate_under(models, group_units, weights_of(units, configs[where]))
+            if floats is None:  # the float columns share one row-major block: no copy into pandas
+                names = [k for k, v in part.items() if v.dtype == np.float64]
+                floats = np.empty((len(configs), len(names)))
+                out = {k: floats[:, i] for i, k in enumerate(names)}
+                out.update({k: np.empty(len(configs), dtype=v.dtype) for k, v in part.items() if k not in out})
+            for key, value in part.items():
+                out[key][where] = value
     return out
-
-
-def _evaluate_weights(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Every column for a weight matrix; a row whose members train under a memory plan that
-    slows the step is evaluated with every member's rate under that plan (fleet.py)."""
-    return by_configuration_slowdown(units, weights, lambda group, rows: _evaluate_under(models, group, rows))
 
 
 def _evaluate_under(models: FittedModels, units: Units, weights: np.ndarray) -> dict[str, np.ndarray]:

@@ -48,9 +48,10 @@ class Units:
             return np.zeros(self.size), np.zeros(self.size)
         return np.where(self.startup_power_w > 0, self.startup_s, 0.0), self.startup_power_w
 
-    def configuration_slowdown(self, weights: np.ndarray) -> np.ndarray | None:
-        """Per row of ``weights``, the memory-plan step-time multiplier every member trains under;
-        None where no unit has a plan that slows its step (the common case: nothing to do).
+    def configuration_slowdowns(self, configs: np.ndarray) -> np.ndarray | None:
+        """Per configuration (bit masks over these units, or count vectors), the memory-plan
+        step-time multiplier every member trains under; None where no unit has a plan that slows
+        its step (the common case: nothing to do).
 
         One traced step serves every worker of ParameterServerStrategy, so training runs all
         members under one plan, the tightest member's (cli.pretraining.training_memory). For the
@@ -58,11 +59,17 @@ class Units:
         the members' own slowdowns; where kinds differ the largest is an upper bound."""
         if self.memory_slowdown is None or not np.any(self.memory_slowdown != 1.0):
             return None
-        return np.where(weights > 0, self.memory_slowdown[None, :], 1.0).max(axis=1)
+        configs = np.asarray(configs)
+        if configs.ndim == 2:  # count vectors (or weights)
+            return np.where(configs > 0, self.memory_slowdown[None, :], -np.inf).max(axis=1)
+        out = np.full(len(configs), -np.inf)
+        for unit, slowdown in enumerate(self.memory_slowdown):  # bit masks: one pass per unit
+            np.maximum(out, np.where((configs >> unit) & 1, slowdown, -np.inf), out=out)
+        return out
 
     def under_slowdown(self, slowdown: float) -> "Units":
         """These units with every rate divided by one configuration's ``slowdown`` instead of each
-        unit's own plan's (see configuration_slowdown)."""
+        unit's own plan's (see configuration_slowdowns)."""
         own = self.memory_slowdown if self.memory_slowdown is not None else np.ones(self.size)
         scale = own / float(slowdown)
         return replace(self, rate_steps_per_s=self.rate_steps_per_s * scale,
@@ -145,9 +152,9 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
 
 def by_configuration_slowdown(units: Units, weights: np.ndarray, columns) -> dict[str, np.ndarray]:
     """``columns(units, weights)`` → {name: one value per row}, evaluated for each group of rows
-    that train under one memory-plan slowdown with the rates of that slowdown
-    (Units.configuration_slowdown, Units.under_slowdown); one call where no plan slows a step."""
-    slowdown = units.configuration_slowdown(weights)
+    (a weight matrix's) that train under one memory-plan slowdown with the rates of that slowdown
+    (Units.configuration_slowdowns, Units.under_slowdown); one call where no plan slows a step."""
+    slowdown = units.configuration_slowdowns(weights)
     if slowdown is None:
         return columns(units, weights)
     out: dict[str, np.ndarray] = {}
