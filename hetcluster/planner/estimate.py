@@ -89,17 +89,12 @@ def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows
     """Predict every column for configurations (masks or count vectors), chunk by chunk so the
     weight matrices stay small and in cache. Configurations whose members train under a memory
     plan that slows the step are evaluated with every member's rate under that plan, one group of
-    whole chunks per distinct slowdown (Units.configuration_slowdowns)."""
+    whole chunks per distinct slowdown (Units.slowdown_groups)."""
     if len(configs) == 0:
         raise PlanningError("No configurations to evaluate.")
-    slowdown = units.configuration_slowdowns(configs)
-    if slowdown is None:
-        groups = [(units, None)]
-    else:
-        groups = [(units.under_slowdown(value), np.flatnonzero(slowdown == value)) for value in np.unique(slowdown)]
     out: dict[str, np.ndarray] = {}
     floats = None
-    for group_units, rows in groups:
+    for group_units, rows in units.slowdown_groups(configs):
         for start in range(0, len(configs) if rows is None else len(rows), chunk_rows):
             where = slice(start, start + chunk_rows) if rows is None else rows[start:start + chunk_rows]
             part = _evaluate_under(models, group_units, weights_of(units, configs[where]))

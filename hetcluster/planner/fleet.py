@@ -75,6 +75,15 @@ class Units:
         return replace(self, rate_steps_per_s=self.rate_steps_per_s * scale,
                        rate_std_steps_per_s=self.rate_std_steps_per_s * scale)
 
+    def slowdown_groups(self, configs: np.ndarray) -> list[tuple["Units", np.ndarray | None]]:
+        """(these units under one configuration slowdown, the indices of the configurations that
+        have it) per distinct slowdown; [(self, None)], None meaning every row, where no unit has
+        a plan that slows its step."""
+        slowdown = self.configuration_slowdowns(configs)
+        if slowdown is None:
+            return [(self, None)]
+        return [(self.under_slowdown(value), np.flatnonzero(slowdown == value)) for value in np.unique(slowdown)]
+
     @property
     def counts(self) -> np.ndarray:
         return np.array([len(m) for m in self.members], dtype=np.int64)
@@ -148,21 +157,6 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         startup_power_w=np.array(startup_power, dtype=np.float64),
         memory_slowdown=np.array([key[2] for key in groups], dtype=np.float64),
     )
-
-
-def by_configuration_slowdown(units: Units, weights: np.ndarray, columns) -> dict[str, np.ndarray]:
-    """``columns(units, weights)`` → {name: one value per row}, evaluated for each group of rows
-    (a weight matrix's) that train under one memory-plan slowdown with the rates of that slowdown
-    (Units.configuration_slowdowns, Units.under_slowdown); one call where no plan slows a step."""
-    slowdown = units.configuration_slowdowns(weights)
-    if slowdown is None:
-        return columns(units, weights)
-    out: dict[str, np.ndarray] = {}
-    for value in np.unique(slowdown):
-        rows = np.flatnonzero(slowdown == value)
-        for key, column in columns(units.under_slowdown(value), weights[rows]).items():
-            out.setdefault(key, np.empty((len(weights),) + column.shape[1:], dtype=column.dtype))[rows] = column
-    return out
 
 
 def _mean_startup_power_w(group) -> float:

@@ -30,7 +30,7 @@ from hetcluster.planner.calibration import (
 )
 from hetcluster.planner.configurations import row_sums
 from hetcluster.planner.contention import Contention, QueuePrediction, solve, utilisation, waterfill
-from hetcluster.planner.fleet import Units, by_configuration_slowdown, class_units, device_units
+from hetcluster.planner.fleet import Units, class_units, device_units
 from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, usable_runs, validate_inputs
 
 __all__ = ["Contention", "QueuePrediction", "ThroughputModel", "solve", "utilisation", "waterfill"]
@@ -160,12 +160,12 @@ class ThroughputModel:
             weights = configurations.astype(np.float64)
         else:
             raise PlanningError("Configurations must be a 1-D array of masks or a 2-D array of count vectors.")
-        def columns(group: Units, rows: np.ndarray) -> dict[str, np.ndarray]:
-            steps, rel, _, _ = self.predict_weights(rows, group)
-            return {"steps": steps, "std": steps * rel}
-
-        out = by_configuration_slowdown(units, weights, columns)  # one memory plan per configuration
-        return out["steps"], out["std"]
+        steps, std = np.empty(len(weights)), np.empty(len(weights))
+        for group, rows in units.slowdown_groups(weights):  # one memory plan per configuration
+            where = slice(None) if rows is None else rows
+            group_steps, rel, _, _ = self.predict_weights(weights[where], group)
+            steps[where], std[where] = group_steps, group_steps * rel
+        return steps, std
 
 
 def _as_measured_units(devices: tuple[DeviceMeasurement, ...]) -> Units:
