@@ -133,7 +133,7 @@ def test_memory_slowdown_enters_the_time():
 
 
 def test_every_member_runs_under_the_costliest_members_memory_plan():
-    # training runs one plan for all workers, the tightest member's (cli.pretraining.training_memory):
+    # training runs one plan for all workers, the tightest member's (memory.fit.training_memory):
     # A's 10 steps/s and C's 2 steps/s both divided by C's 1.5 → AC: R = 8, T = 125 (not 10 + 2/1.5)
     tight = DeviceMeasurement("C", 2.0, 10.0, 4.0, memory_slowdown=1.5)
     table = estimate((A, B, tight), [], JobSpec(total_steps=1000)).set_index("devices")

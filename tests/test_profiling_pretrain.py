@@ -137,7 +137,7 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
 def test_a_device_that_plain_tensorflow_does_not_fit_is_measured_under_its_memory_plan(fleet, tmp_path):
     """slow's budget is a byte under what plain TensorFlow needs: its solo run and the set with it
     train under its plan (recomputation), as training would run them; fast alone trains plain."""
-    from hetcluster.cli.pretraining import training_memory
+    from hetcluster.memory.fit import training_memory
     from hetcluster.memory.fit import plan_for
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
 

@@ -1,4 +1,4 @@
-"""The memory plan a training runs under (`cli.pretraining.training_memory`): the tightest chosen
+"""The memory plan a training runs under (`memory.fit.training_memory`): the tightest chosen
 device's, and plain TensorFlow where that fits. Budgets come from the inventory, so no agent is
 asked; the plans are the memory scheduler's own (TensorFlow builds the model's layer graph)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from hetcluster.cli.pretraining import device_budgets, training_memory
+from hetcluster.cli.pretraining import device_budgets
 from hetcluster.inventory import load_inventory
-from hetcluster.memory.fit import plan_for
+from hetcluster.memory.fit import plan_for, training_memory
 from hetcluster.models import ModelSpec
 
 pytestmark = pytest.mark.tensorflow

@@ -113,8 +113,9 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     score, write ``out`` as it goes. Each configuration trains under the memory plan of its
     tightest device, as `hetcluster train` would train it (``training_memory``)."""
     from hetcluster.cli.cmd_train import LiveProgress
-    from hetcluster.cli.pretraining import device_budgets, training_memory
+    from hetcluster.cli.pretraining import device_budgets
     from hetcluster.errors import ConfigError
+    from hetcluster.memory.fit import training_memory
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices

@@ -115,7 +115,8 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
-    from hetcluster.cli.pretraining import device_budgets, profile_paths, training_memory
+    from hetcluster.cli.pretraining import device_budgets, profile_paths
+    from hetcluster.memory.fit import training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.profiling.profile import save_profile
     from hetcluster.training.coordinator import JobLedger, check_agents

@@ -28,8 +28,9 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
                                  warmup_steps: int, console: Console, device_names: list[str] | None = None,
                                  total_steps: int | None = None, device_kind: str | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
-    trains under the memory plan training would give its devices (:func:`training_memory`), so a
+    trains under the memory plan training would give its devices (``memory.fit.training_memory``), so a
     device that plain TensorFlow does not fit is measured under its plan."""
+    from hetcluster.memory.fit import TrainingMemory, training_memory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
 
@@ -162,54 +163,3 @@ def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device
         filled.append(dataclasses.replace(device, memory_fits=bool(plan.fits),
                                           memory_slowdown=1.0 + float(plan.predicted_slowdown) if plan.fits else 1.0))
     return filled, runs, job
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingMemory:
-    """The memory plan a training runs under: ``TrainSpec.memory_budget_bytes`` and
-    ``memory_device_kind``, the device whose budget set them, and its plan (None: no budget known)."""
-
-    budget_bytes: int = 0
-    device_kind: str = "cpu"
-    device: str = ""
-    plan: Any = None
-
-    @property
-    def slowdown(self) -> float:
-        """The plan's predicted step-time multiplier (1.0 for plain TensorFlow)."""
-        return 1.0 + float(self.plan.predicted_slowdown) if self.budget_bytes else 1.0
-
-    @property
-    def technique(self) -> str:
-        """The memory scheduler's technique the step runs under ("": plain TensorFlow)."""
-        return self.plan.technique if self.budget_bytes else ""
-
-    def describe(self) -> str:
-        if self.plan is None:
-            return "memory: no chosen device has a known budget; plain TensorFlow"
-        budget = f"{self.device}'s {self.plan.budget_bytes / 2**20:.1f} MiB"
-        if not self.budget_bytes:
-            return f"memory: plain TensorFlow fits every chosen device (the tightest: {budget})"
-        return (f"memory: every worker trains under the plan for {budget}: {self.plan.technique}, "
-                f"predicted {self.plan.predicted_slowdown:+.1%} step time")
-
-
-def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any) -> TrainingMemory:
-    """The memory plan for training ``devices``: the tightest device's (smallest known budget;
-    ``budgets`` from :func:`device_budgets`).
-
-    One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
-    all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
-    fits. Where plain TensorFlow fits that budget (technique "none") the budget stays 0: the
-    step is the plain one pre-training measured, not the scheduler's replay of the same graph.
-    """
-    from hetcluster.memory.fit import plan_for
-
-    known = [(*budgets[name], name) for name in devices if name in budgets]
-    if not known:
-        return TrainingMemory()
-    budget, kind, name = min(known)
-    plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
-    if plan.technique == "none":
-        return TrainingMemory(device=name, plan=plan)
-    return TrainingMemory(budget, kind, name, plan)

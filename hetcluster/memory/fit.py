@@ -7,6 +7,7 @@ Graphs are extracted at batch 1 and scaled, since activations and FLOPs are line
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -53,3 +54,52 @@ def memory_fit(model: str | LayerGraph, batch_size: int, budget_bytes: int, devi
     plan = plan_for(model, batch_size, budget_bytes, device_kind, input_shape=input_shape, classes=classes,
                     overheads=overheads)
     return plan.fits, plan.predicted_peak_bytes, plan.predicted_slowdown
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingMemory:
+    """The memory plan a training runs under: ``TrainSpec.memory_budget_bytes`` and
+    ``memory_device_kind``, the device whose budget set them, and its plan (None: no budget known)."""
+
+    budget_bytes: int = 0
+    device_kind: str = "cpu"
+    device: str = ""
+    plan: Any = None
+
+    @property
+    def slowdown(self) -> float:
+        """The plan's predicted step-time multiplier (1.0 for plain TensorFlow)."""
+        return 1.0 + float(self.plan.predicted_slowdown) if self.budget_bytes else 1.0
+
+    @property
+    def technique(self) -> str:
+        """The memory scheduler's technique the step runs under ("": plain TensorFlow)."""
+        return self.plan.technique if self.budget_bytes else ""
+
+    def describe(self) -> str:
+        if self.plan is None:
+            return "memory: no chosen device has a known budget; plain TensorFlow"
+        budget = f"{self.device}'s {self.plan.budget_bytes / 2**20:.1f} MiB"
+        if not self.budget_bytes:
+            return f"memory: plain TensorFlow fits every chosen device (the tightest: {budget})"
+        return (f"memory: every worker trains under the plan for {budget}: {self.plan.technique}, "
+                f"predicted {self.plan.predicted_slowdown:+.1%} step time")
+
+
+def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any) -> TrainingMemory:
+    """The memory plan for training ``devices``: the tightest device's (smallest known budget;
+    ``budgets``: name → (budget bytes, device kind), e.g. cli.pretraining.device_budgets).
+
+    One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
+    all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
+    fits. Where plain TensorFlow fits that budget (technique "none") the budget stays 0: the
+    step is the plain one pre-training measured, not the scheduler's replay of the same graph.
+    """
+    known = [(*budgets[name], name) for name in devices if name in budgets]
+    if not known:
+        return TrainingMemory()
+    budget, kind, name = min(known)
+    plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
+    if plan.technique == "none":
+        return TrainingMemory(device=name, plan=plan)
+    return TrainingMemory(budget, kind, name, plan)

@@ -54,7 +54,7 @@ class Units:
         its step (the common case: nothing to do).
 
         One traced step serves every worker of ParameterServerStrategy, so training runs all
-        members under one plan, the tightest member's (cli.pretraining.training_memory). For the
+        members under one plan, the tightest member's (memory.fit.training_memory). For the
         same model and kind a smaller budget never has a cheaper plan, so that is the largest of
         the members' own slowdowns; where kinds differ the largest is an upper bound."""
         if self.memory_slowdown is None or not np.any(self.memory_slowdown != 1.0):

@@ -43,9 +43,10 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 from hetcluster.errors import AgentError, HetclusterError, ProfileError
+from hetcluster.memory.fit import TrainingMemory
 from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
@@ -84,22 +85,10 @@ WARMUP_S = 3.0
 EventFn = Callable[[str, dict[str, Any]], None]
 
 # memory(devices) → the memory plan a run of those devices trains under, as training would run
-# them (cli.pretraining.training_memory: the tightest member's plan), with ``budget_bytes`` (0:
-# plain TensorFlow), ``device_kind``, ``slowdown`` (its predicted step-time multiplier) and
-# ``technique``. None: every run plain TensorFlow.
-MemoryFn = Callable[[Sequence[str]], Any]
-
-
-class RunMemory(NamedTuple):
-    """The memory plan one pre-training run trains under (plain TensorFlow: PLAIN)."""
-
-    budget_bytes: int = 0          # TrainSpec.memory_budget_bytes (0: plain TensorFlow)
-    device_kind: str = "cpu"
-    slowdown: float = 1.0          # the plan's predicted step-time multiplier
-    technique: str = ""
-
-
-PLAIN = RunMemory()
+# them: a memory.fit.TrainingMemory (training_memory: the tightest member's plan; budget_bytes 0
+# for plain TensorFlow). None: every run plain TensorFlow.
+MemoryFn = Callable[[Sequence[str]], TrainingMemory]
+PLAIN = TrainingMemory()
 
 
 @dataclass(frozen=True)
@@ -255,12 +244,9 @@ class _Phase:
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
 
-    def memory(self, names: Sequence[str]) -> RunMemory:
+    def memory(self, names: Sequence[str]) -> TrainingMemory:
         """The memory plan a run of ``names`` trains under."""
-        plan = self.memory_of(names) if self.memory_of is not None else None
-        if plan is None or not plan.budget_bytes:
-            return PLAIN
-        return RunMemory(int(plan.budget_bytes), plan.device_kind, float(plan.slowdown), plan.technique)
+        return self.memory_of(names) if self.memory_of is not None else PLAIN
 
     def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
                 window_s: float | None = None) -> tuple[Any, float, float]:
@@ -356,7 +342,7 @@ def _startup_power_w(recorder: Any, result: Any, first_step_s: float, startup_s:
 
 
 def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, recorders: dict[str, Any],
-             memory: RunMemory = PLAIN) -> RunProfile:
+             memory: TrainingMemory = PLAIN) -> RunProfile:
     """A calibration set's measurement. Over the window where every member trained steadily
     (RunResult.steady_rates) when the run reached one: each member's rate and power there. Else
     (the step cap came first) as the run went: each member's power over its own steady window
