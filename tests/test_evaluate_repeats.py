@@ -35,6 +35,7 @@ def _fake_run(order):
 def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch):
     import hetcluster.training.coordinator as coordinator
     from hetcluster.cli.cmd_evaluate import run_evaluation
+    from hetcluster.cli.pretraining import DeviceBudgets
 
     order: list[tuple[str, ...]] = []
     monkeypatch.setattr(coordinator, "run_on_devices", _fake_run(order))
@@ -46,7 +47,7 @@ def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch)
     out = tmp_path / "r.json"
     no_budgets = SimpleNamespace(names=())  # no device with a known memory budget: plain TensorFlow
     result = run_evaluation(no_budgets, the_plan, profile, None, None, 10, ["time"], None, tmp_path / "w", out,
-                            Console(quiet=True), repeats=2)
+                            Console(quiet=True), DeviceBudgets(no_budgets), repeats=2)
     # two rounds, each over every configuration, the second in reverse order (drift cancels in the mean)
     assert order == [("a",), ("b",), ("a", "b"), ("a", "b"), ("b",), ("a",)]
     configs = {tuple(c["devices"]): c for c in result["configurations"]}

@@ -85,13 +85,13 @@ def evaluate_command(
     workdir = workdir.resolve()
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)
-    plan, measured_profile, _, spec, source = make_plan(
+    plan, measured_profile, _, spec, source, budgets = make_plan(
         objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
         batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
         max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
     evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
-                                out, console, round_steps=round_steps, repeats=repeats, device_kind=device_kind)
+                                out, console, budgets, round_steps=round_steps, repeats=repeats)
     from hetcluster.cli.train_output import evaluation_tables
 
     console.print(evaluation_tables(evaluation))
@@ -107,13 +107,12 @@ def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[A
 
 def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
                    objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
-                   console: Console, round_steps: int = 0, repeats: int = 1,
-                   device_kind: str | None = None) -> dict[str, Any]:
+                   console: Console, budgets: Any, round_steps: int = 0, repeats: int = 1) -> dict[str, Any]:
     """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
     score, write ``out`` as it goes. Each configuration trains under the memory plan of its
-    tightest device, as `hetcluster train` would train it (``training_memory``)."""
+    tightest device, as `hetcluster train` would train it (``training_memory`` over ``budgets``, the
+    command's cli.pretraining.DeviceBudgets)."""
     from hetcluster.cli.cmd_train import LiveProgress
-    from hetcluster.cli.pretraining import device_budgets
     from hetcluster.errors import ConfigError
     from hetcluster.memory.fit import training_memory
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
@@ -136,8 +135,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
-    budgets = device_budgets(fleet, [name for devices, _ in configs for name in devices], device_kind)
-    memory = {devices: training_memory(model_spec, budgets, devices) for devices, _ in configs}
+    memory = {devices: training_memory(model_spec, budgets.of(devices), devices) for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []
     for round_index in range(repeats):

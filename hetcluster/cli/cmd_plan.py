@@ -4,13 +4,25 @@ for the objective under the constraints, and print the plan table (and a Pareto 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, NamedTuple, Optional
 
 import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
 from hetcluster.cli.console import make_console
+
+
+class PlannedJob(NamedTuple):
+    """What make_plan leaves to the command that called it: the plan, the profile it came from, and
+    the inventory, job, data and memory budgets, so that training asks no agent twice."""
+
+    plan: Any
+    profile: Any
+    fleet: Any
+    spec: Any
+    source: Any
+    budgets: Any  # cli.pretraining.DeviceBudgets
 
 
 def plan_command(
@@ -41,7 +53,7 @@ def plan_command(
                      warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
                      max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                      device_kind=device_kind, output_format=output_format,
-                     console=make_console(stderr=output_format != "table"))[0]
+                     console=make_console(stderr=output_format != "table")).plan
     from hetcluster.cli.plan_output import plot_pareto, render
 
     render(plan, output_format)
@@ -53,7 +65,7 @@ def plan_command(
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
               output_format: str = "table", console: Console):
-    """Validate every option, then pre-train or load the profile, then plan. Returns (plan, profile, fleet, spec, source)."""
+    """Validate every option, then pre-train or load the profile, then plan."""
     from hetcluster.cli.plan_output import FORMATS
     from hetcluster.errors import ConfigError
 
@@ -67,17 +79,17 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     fleet = opt.load_fleet(inventory)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 
-    from hetcluster.cli.pretraining import obtain_profile, planner_inputs
+    from hetcluster.cli.pretraining import DeviceBudgets, obtain_profile, planner_inputs
     from hetcluster.planner import plan as make
 
+    budgets = DeviceBudgets(fleet, device_kind)
     measured = obtain_profile(fleet, spec, source, workdir, profile, steps_per_run=pretrain_steps,
-                              warmup_steps=warmup_steps, console=console, total_steps=total_steps,
-                              device_kind=device_kind)
+                              warmup_steps=warmup_steps, console=console, budgets=budgets, total_steps=total_steps)
     if measured.pretrain_steps >= total_steps:
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")
-    devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, device_kind)
-    return make(devices, runs, job, objective, constraints), measured, fleet, spec, source
+    devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, budgets)
+    return PlannedJob(make(devices, runs, job, objective, constraints), measured, fleet, spec, source, budgets)
 
 
 def register(app: typer.Typer) -> None:

@@ -30,7 +30,7 @@ def profile_command(
              "(default: runs of up to 5 × --pretrain-steps, no phase budget)."),
 ) -> None:
     """Pre-train the job on every device alone and on calibration sets; save the profile."""
-    from hetcluster.cli.pretraining import run_pretraining_with_display
+    from hetcluster.cli.pretraining import DeviceBudgets, run_pretraining_with_display
 
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
@@ -40,7 +40,7 @@ def profile_command(
     fleet = opt.load_fleet(inventory)
     profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
                                            warmup_steps=warmup_steps, console=console, total_steps=total_steps,
-                                           device_kind=device_kind)
+                                           budgets=DeviceBudgets(fleet, device_kind))
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
     for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)", "memory plan"):
         table.add_column(column, justify="left" if column in ("devices", "memory plan") else "right")

@@ -115,7 +115,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
-    from hetcluster.cli.pretraining import device_budgets, profile_paths
+    from hetcluster.cli.pretraining import profile_paths
     from hetcluster.memory.fit import training_memory
     from hetcluster.errors import ConfigError
     from hetcluster.profiling.profile import save_profile
@@ -131,14 +131,14 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
         raise _missing_error(missing)
     for name, reason in missing.items():
         console.print(f"[yellow]warning:[/] planning without {name}: {reason}")
-    plan, profile, _, spec, source = make_plan(console=console, **options)
+    plan, profile, _, spec, source, budgets = make_plan(console=console, **options)
     plan = _replan_without(plan, list(missing))
     print_table(plan, console=console)
     profile_path, checkpoint_dir = profile_paths(workdir)
     _adopt_checkpoint(profile, checkpoint_dir)
     if not profile_path.exists():
         save_profile(profile, profile_path)
-    memory = training_memory(spec, device_budgets(fleet, plan.chosen, options["device_kind"]), plan.chosen)
+    memory = training_memory(spec, budgets.of(plan.chosen), plan.chosen)
     console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=source,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,

@@ -2,7 +2,8 @@
 inputs with each device's memory fit — shared by `profile`, `plan`, `train` and `evaluate`.
 
 Every I/O happens here, before the (pure) planner runs: agents are asked for their memory budget
-and kind only when the inventory does not say, and the memory scheduler sizes each device's plan.
+and kind only when the inventory does not say, once per command (DeviceBudgets), and the memory
+scheduler sizes each device's plan.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
 
 
 def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
-                                 warmup_steps: int, console: Console, device_names: list[str] | None = None,
-                                 total_steps: int | None = None, device_kind: str | None = None) -> Any:
+                                 warmup_steps: int, console: Console, budgets: "DeviceBudgets",
+                                 device_names: list[str] | None = None, total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
     trains under the memory plan training would give its devices (``memory.fit.training_memory``), so a
     device that plain TensorFlow does not fit is measured under its plan."""
@@ -37,17 +38,12 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     profile_path, checkpoint_dir = profile_paths(workdir)
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names))
-    budgets: dict[str, tuple[int, str]] = {}
-    asked: set[str] = set()   # a device's budget is asked when it first runs: past its health check
     plans: dict[frozenset, TrainingMemory] = {}
 
-    def memory(names: Any) -> TrainingMemory:
-        new = [name for name in names if name not in asked]
-        budgets.update(device_budgets(fleet, new, device_kind))
-        asked.update(new)
+    def memory(names: Any) -> TrainingMemory:  # a device's budget is asked when it first runs: past its health check
         key = frozenset(names)
         if key not in plans:
-            plans[key] = training_memory(spec, budgets, list(names))
+            plans[key] = training_memory(spec, budgets.of(names), list(names))
         return plans[key]
 
     # the phase's run count is known only once the solo rates have chosen the sets: "7/?" until then
@@ -98,8 +94,7 @@ def class_copy_lines(profile: Any) -> list[str]:
 
 
 def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
-                   warmup_steps: int, console: Console, total_steps: int | None = None,
-                   device_kind: str | None = None) -> Any:
+                   warmup_steps: int, console: Console, budgets: "DeviceBudgets", total_steps: int | None = None) -> Any:
     """The profile given with --profile, else a fresh pre-training run."""
     from hetcluster.errors import ProfileError
     from hetcluster.profiling.profile import load_profile
@@ -111,8 +106,8 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
                                hint="pass the same --model, or pre-train again without --profile.")
         return loaded
     return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
-                                        warmup_steps=warmup_steps, console=console, total_steps=total_steps,
-                                        device_kind=device_kind)
+                                        warmup_steps=warmup_steps, console=console, budgets=budgets,
+                                        total_steps=total_steps)
 
 
 def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:
@@ -132,30 +127,43 @@ def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, s
     return budget, kind or "cpu"
 
 
-def device_budgets(fleet: Any, names: Any, device_kind: str | None = None) -> dict[str, tuple[int, str]]:
-    """Memory budget and kind of each named inventory device whose budget is known (asked once)."""
-    found = {}
-    for name in dict.fromkeys(names):
-        if name in fleet.names:
-            budget, kind = _budget_and_kind(fleet.device(name), device_kind)
+class DeviceBudgets:
+    """Each inventory device's memory budget and kind, asked at most once per command: the command
+    line and inventory first, then the device's agent (one DeviceInfo call; an unreachable agent
+    costs its timeout and a warning once, and its budget stays unknown). Pre-training, the planner's
+    inputs and training all take their budgets from the command's one instance."""
+
+    def __init__(self, fleet: Any, device_kind: str | None = None) -> None:
+        self._fleet, self._device_kind = fleet, device_kind
+        self._known: dict[str, tuple[int, str]] = {}
+        self._asked: set[str] = set()
+
+    def of(self, names: Any) -> dict[str, tuple[int, str]]:
+        """name → (budget bytes, device kind) for the named inventory devices whose budget is known."""
+        names = list(dict.fromkeys(names))
+        for name in names:
+            if name in self._asked or name not in self._fleet.names:
+                continue
+            self._asked.add(name)
+            budget, kind = _budget_and_kind(self._fleet.device(name), self._device_kind)
             if budget is not None:
-                found[name] = (int(budget), kind)
-    return found
+                self._known[name] = (int(budget), kind)
+        return {name: self._known[name] for name in names if name in self._known}
 
 
-def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, device_kind: str | None = None) -> tuple[Any, Any, Any]:
+def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, budgets: DeviceBudgets) -> tuple[Any, Any, Any]:
     """(devices, runs, job) for the planner, with each device's memory fit and slowdown filled in."""
     from hetcluster.memory.fit import plan_for
     from hetcluster.profiling.profile import to_planner_inputs
 
     devices, runs, job = to_planner_inputs(profile, total_steps, idle_power_counts=fleet.idle_power_counts)
-    budgets = device_budgets(fleet, [device.name for device in devices], device_kind)
+    known = budgets.of(device.name for device in devices)
     filled = []
     for device in devices:
-        if device.name not in budgets:
+        if device.name not in known:
             filled.append(device)
             continue
-        budget, kind = budgets[device.name]
+        budget, kind = known[device.name]
         plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
         # the planner's rates are plain TensorFlow's (a run pre-trained under a plan is multiplied
         # back by its slowdown: to_planner_inputs), so the plan's predicted extra step time (a

@@ -88,7 +88,7 @@ class TrainingMemory:
 
 def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any) -> TrainingMemory:
     """The memory plan for training ``devices``: the tightest device's (smallest known budget;
-    ``budgets``: name → (budget bytes, device kind), e.g. cli.pretraining.device_budgets).
+    ``budgets``: name → (budget bytes, device kind), e.g. cli.pretraining.DeviceBudgets.of).
 
     One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
     all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
