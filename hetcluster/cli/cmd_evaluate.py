@@ -85,7 +85,7 @@ def evaluate_command(
     workdir = workdir.resolve()
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)
-    plan, measured_profile, _, spec, source, budgets = make_plan(
+    plan, measured_profile, spec, source, budgets = make_plan(
         objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
         batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,

@@ -15,11 +15,10 @@ from hetcluster.cli.console import make_console
 
 class PlannedJob(NamedTuple):
     """What make_plan leaves to the command that called it: the plan, the profile it came from, and
-    the inventory, job, data and memory budgets, so that training asks no agent twice."""
+    the job, data and memory budgets, so that training asks no agent twice."""
 
     plan: Any
     profile: Any
-    fleet: Any
     spec: Any
     source: Any
     budgets: Any  # cli.pretraining.DeviceBudgets
@@ -89,7 +88,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")
     devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, budgets)
-    return PlannedJob(make(devices, runs, job, objective, constraints), measured, fleet, spec, source, budgets)
+    return PlannedJob(make(devices, runs, job, objective, constraints), measured, spec, source, budgets)
 
 
 def register(app: typer.Typer) -> None:
