@@ -44,6 +44,7 @@ def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
         assert config["measured"]["time_s"] > 5.0 and config["measured"]["energy_j"] > 100.0
     for label in ("fast", "slow", "fast+slow"):
         assert checkpoint_steps(tmp_path / "eval" / "configs" / label) == TOTAL
+        assert (tmp_path / "eval" / "logs" / f"{label}-1.log").is_file()  # each run's own log is kept
     assert set(result["objectives"]) == {"time", "power", "energy", "edp"}
     for score in result["objectives"].values():
         assert set(score) >= {"chosen", "best", "exact", "regret"}

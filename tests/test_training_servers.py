@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hetcluster.errors import TaskError
+from hetcluster.errors import AgentError, TaskError
 from hetcluster.training import servers as servers_module
 from hetcluster.training.servers import LocalServer, free_port, wait_until_serving
 
@@ -63,3 +63,88 @@ def test_a_late_server_fails_the_wait_after_the_timeout():
     with pytest.raises(TaskError, match="ps:0"):
         wait_until_serving([late], timeout_s=0.5)
     assert time.monotonic() - t0 < 5 and not late.alive()
+
+
+class _Agent:
+    """A stand-in agent client: the worker task's status, or the agent gone."""
+
+    def __init__(self, task: "TaskInfo | None" = None) -> None:
+        self.task = task
+
+    def task_status(self, task_id: str) -> list:
+        if self.task is None:
+            raise AgentError("agent at 127.0.0.1:1 unreachable")
+        return [self.task]
+
+
+def test_a_failed_run_names_the_servers_that_ended_with_their_logs():
+    from hetcluster.agent.messages import TaskInfo
+    from hetcluster.training.launch import LaunchedCluster
+    from hetcluster.training.spec import ClusterAddresses
+
+    ps = _server("ps", 0, "import sys; print('Check failed: out of memory'); sys.exit(6)")
+    ps.process.wait(timeout=30)
+    running = TaskInfo("w0", "worker", 0, "127.0.0.1:2", 11, "running")
+    failed = TaskInfo("w1", "worker", 1, "127.0.0.1:3", 12, "failed", message="...\nSegmentation fault")
+    addresses = ClusterAddresses(workers={"a": "127.0.0.1:2", "b": "127.0.0.1:3", "c": "127.0.0.1:4"}, ps=[ps.address], chief="")
+    launched = LaunchedCluster(addresses, {"a": "w0", "b": "w1", "c": "w2"},
+                               [ps], {"a": _Agent(running), "b": _Agent(failed), "c": _Agent()})
+    try:
+        assert launched.ended_servers() == [
+            "ps:0 exited with code 6: Check failed: out of memory",
+            "worker on b failed: ... Segmentation fault",
+            "worker on c: its agent did not answer (agent at 127.0.0.1:1 unreachable)"]
+    finally:
+        ps.stop()
+
+
+def test_a_tensorflow_error_keeps_each_root_error_on_one_line():
+    from hetcluster.training.engine import op_error_summary
+
+    message = ("2 root error(s) found.\n  (0) UNAVAILABLE: Socket closed\n\t [[{{node Add}}]]\n"
+               "  (1) CANCELLED: Function was cancelled before it was started\n0 successful operations.\n")
+    assert op_error_summary(message) == ("2 root error(s) found.; (0) UNAVAILABLE: Socket closed; "
+                                         "(1) CANCELLED: Function was cancelled before it was started")
+    assert op_error_summary("Deadline exceeded\n") == "Deadline exceeded"
+    assert op_error_summary("") == "unknown TensorFlow error"
+
+
+def test_run_on_devices_asks_which_servers_ended_before_it_stops_them(monkeypatch):
+    from hetcluster.errors import TrainingError
+    from hetcluster.models.spec import ModelSpec
+    from hetcluster.training import coordinator, launch
+    from hetcluster.training.spec import TrainSpec
+
+    events = []
+
+    class Launched:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            events.append("stopped")
+
+        def ended_servers(self):
+            events.append("asked")
+            return ["ps:0 exited with code -9: "]
+
+    class Device:
+        def client(self, timeout_s):
+            raise AgentError("no agent here")  # the power meter leaves it out
+
+    class Inventory:
+        devices: list = []
+        parameter_server_host = "127.0.0.1"
+
+        def device(self, name):
+            return Device()
+
+    def train_on(*args, **kwargs):
+        raise TrainingError("Training failed: 2 root error(s) found.", hint="resume.")
+
+    monkeypatch.setattr(launch, "launch_cluster", lambda *args, **kwargs: Launched())
+    monkeypatch.setattr(coordinator, "train_on", train_on)
+    spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10)
+    with pytest.raises(TrainingError, match=r"2 root error\(s\) found\. Servers that ended: ps:0 exited with code -9") as caught:
+        coordinator.run_on_devices(Inventory(), ["a"], spec)
+    assert caught.value.hint == "resume." and events == ["asked", "stopped"]

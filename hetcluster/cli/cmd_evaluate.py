@@ -143,6 +143,7 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
             label = configuration_label(devices)
             suffix = f" ({round_index + 1}/{repeats})" if repeats > 1 else ""
             display = LiveProgress(console, total_steps, profile.pretrain_steps, label=f"run {label}{suffix}")
+            log_path = run_log(workdir, label, round_index)
             try:
                 with display:
                     config_spec = dataclasses.replace(spec, memory_budget_bytes=memory[devices].budget_bytes,
@@ -150,16 +151,25 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
                     result = measure_configuration(fleet, devices, metrics, config_spec, pretrain=pretrain,
                                                    pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
                                                    run=run_on_devices, warmup_steps=profile.warmup_steps,
-                                                   on_progress=display.update, round_steps=round_steps)
+                                                   on_progress=display.update, round_steps=round_steps,
+                                                   log_path=log_path)
             except SegmentInterrupted:
                 console.print(f"[yellow]interrupted[/] during {label}{suffix}: servers stopped; what was measured is in {out}")
                 raise typer.Exit(130) from None
             if result.error:
-                console.print(f"[red]failed:[/] {label}{suffix}: {result.error}")
+                console.print(f"[red]failed:[/] {label}{suffix}: {result.error} (log: {log_path})")
             runs.setdefault(devices, []).append(result)
             results = [merge_repeats(done, pretrain) for done in runs.values()]
             write_json_atomic(out, evaluation_dict(results, plans, pretrain, profile))
     return evaluation_dict(results, plans, pretrain, profile)
+
+
+def run_log(workdir: Path, label: str, round_index: int) -> Path:
+    """Where the training process of one run writes its log (kept: a failed run's TensorFlow
+    error is there in full)."""
+    path = workdir / "logs" / f"{label}-{round_index + 1}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def evaluation_dict(results: list[Any], plans: dict[str, Any], pretrain: dict[str, float],

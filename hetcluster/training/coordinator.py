@@ -165,9 +165,15 @@ def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
                     launched.wait_ready()
                     launch_s, run_start_wall_s = time.monotonic() - t_launch, time.time()
 
-                result = train_on(launched, chosen, spec, meter, on_progress=on_progress, stop_event=stop_event,
-                                  round_steps=round_steps, run_timeout_s=run_timeout_s, log_path=log_path,
-                                  ready=ready)
+                try:
+                    result = train_on(launched, chosen, spec, meter, on_progress=on_progress, stop_event=stop_event,
+                                      round_steps=round_steps, run_timeout_s=run_timeout_s, log_path=log_path,
+                                      ready=ready)
+                except TrainingError as error:
+                    # asked before the servers are stopped (a PS's log goes with it)
+                    ended = launched.ended_servers()
+                    servers = f"Servers that ended: {'; '.join(ended)}." if ended else "Every server still ran."
+                    raise TrainingError(f"{error.message} {servers}", hint=error.hint) from error
         except KeyboardInterrupt as interrupt:
             now = time.time()
             raise SegmentInterrupted(now - run_start_wall_s, meter.energy_j(run_start_wall_s, now)) from interrupt

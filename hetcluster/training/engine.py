@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -347,7 +348,8 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
                 raise TrainingError(f"Scheduled {scheduled} closures for {to_do} steps without reaching them.",
                                     hint="check the workers' logs; servers keep failing.")
     except tf.errors.OpError as exc:
-        raise TrainingError(f"Training failed: {exc.message.splitlines()[0] if exc.message else exc}",
+        log.error("training failed (%d steps applied at the last round): %s", current, exc)
+        raise TrainingError(f"Training failed: {op_error_summary(exc.message or str(exc))}",
                             hint="check that the parameter server is alive; resume from the last checkpoint.") from exc
     end_wall_s = time.time()
     if on_progress is not None:
@@ -358,6 +360,16 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     result.round_starts_wall_s = round_starts
     result.stopped = current < target
     return result
+
+
+def op_error_summary(message: str, limit_chars: int = 240) -> str:
+    """A TensorFlow error message as one line: its first line, and for "N root error(s) found"
+    each root error's own first line (``(0) UNAVAILABLE: ...``), each cut at ``limit_chars``."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "unknown TensorFlow error"
+    roots = [line for line in lines[1:] if re.match(r"\(\d+\) ", line)]
+    return "; ".join(line[:limit_chars] for line in [lines[0], *roots])
 
 
 def _check_barrier(cluster: ClusterAddresses, stamps: list[_Stamp]) -> None:

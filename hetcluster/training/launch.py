@@ -55,6 +55,26 @@ class LaunchedCluster:
         log.info("cluster up: workers %s, ps %s, chief %s", self.addresses.workers, self.addresses.ps,
                  self.addresses.chief)
 
+    def ended_servers(self, tail_chars: int = 300) -> list[str]:
+        """One line for each server of this run that is no longer running, for the error of a
+        failed run: a PS that exited (exit code, its log's tail) and a worker whose agent reports
+        its task ended (state and log tail, as the agent keeps them); an agent that cannot be
+        asked is named as such. Empty when every server still runs."""
+        ended: list[str] = []
+        for server in self.ps_servers:
+            if not server.alive():
+                tail = " ".join(server.log_path.read_text(errors="replace")[-tail_chars:].split())
+                ended.append(f"ps:{server.index} exited with code {server.process.returncode}: {tail}")
+        for name, task_id in self.task_ids.items():
+            try:
+                tasks = self.clients[name].task_status(task_id)
+            except AgentError as error:
+                ended.append(f"worker on {name}: its agent did not answer ({error.message})")
+                continue
+            if tasks and not tasks[0].alive:
+                ended.append(f"worker on {name} {tasks[0].state}: {' '.join(tasks[0].message[-tail_chars:].split())}")
+        return ended
+
     def stop(self) -> dict[str, str]:
         """Stop every worker task and PS; return ``{device: error}`` for stops that failed."""
         failures: dict[str, str] = {}
