@@ -68,7 +68,7 @@ def test_a_late_server_fails_the_wait_after_the_timeout():
 class _Agent:
     """A stand-in agent client: the worker task's status, or the agent gone."""
 
-    def __init__(self, task: "TaskInfo | None" = None) -> None:
+    def __init__(self, task: object = None) -> None:
         self.task = task
 
     def task_status(self, task_id: str) -> list:
