@@ -65,6 +65,17 @@ def test_a_late_server_fails_the_wait_after_the_timeout():
     assert time.monotonic() - t0 < 5 and not late.alive()
 
 
+def test_a_server_log_tail_is_one_line_and_never_fails():
+    server = _server("ps", 0, "print('first line'); print('x' * 50); print('last  line')")
+    server.process.wait(timeout=30)
+    try:
+        assert server.log_tail(20) == "xxxxxxxx last line"  # the last 20 characters, newlines included
+        server.log_path.unlink()
+        assert server.log_tail(20).startswith("(its log is unreadable: ")
+    finally:
+        server.stop()
+
+
 class _Agent:
     """A stand-in agent client: the worker task's status, or the agent gone."""
 

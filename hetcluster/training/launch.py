@@ -63,11 +63,8 @@ class LaunchedCluster:
         ended: list[str] = []
         for server in self.ps_servers:
             if not server.alive():
-                try:
-                    tail = " ".join(server.log_path.read_text(errors="replace")[-tail_chars:].split())
-                except OSError as error:  # never hide the run's own error behind this one
-                    tail = f"(its log is unreadable: {error})"
-                ended.append(f"ps:{server.index} exited with code {server.process.returncode}: {tail}")
+                ended.append(f"ps:{server.index} exited with code {server.process.returncode}: "
+                             f"{server.log_tail(tail_chars)}")
         for name, task_id in self.task_ids.items():
             try:
                 tasks = self.clients[name].task_status(task_id)

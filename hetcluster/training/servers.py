@@ -77,10 +77,17 @@ class LocalServer:
         """Whether the server has logged that it serves and its port accepts connections."""
         return b"serving at" in self.log_path.read_bytes() and address_reachable(self.address)
 
+    def log_tail(self, chars: int) -> str:
+        """The last ``chars`` characters of the server's log on one line; says so when the log
+        cannot be read, so that a report about the server never fails on its log."""
+        try:
+            return " ".join(self.log_path.read_text(errors="replace")[-chars:].split())
+        except OSError as error:
+            return f"(its log is unreadable: {error})"
+
     def startup_error(self) -> TaskError:
         """The error for a server that exited or was late starting, with its log's tail."""
-        tail = self.log_path.read_text(errors="replace")[-800:]
-        return TaskError(f"TF server {self.job}:{self.index} at {self.address} did not start: {tail.strip()}",
+        return TaskError(f"TF server {self.job}:{self.index} at {self.address} did not start: {self.log_tail(800)}",
                          hint="check the port is free and TensorFlow imports in this environment.")
 
     def kill(self) -> None:
