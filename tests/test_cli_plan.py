@@ -82,3 +82,20 @@ def test_csv_and_plot(inventory, tmp_path):
     header = result.stdout.splitlines()[0]
     assert "time_s" in header and "energy_j" in header
     assert png.stat().st_size > 1000
+
+
+def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
+    """train and evaluate check the agents of the inventory they loaded; the plan must be for that
+    same fleet, not a second read of a file that may have changed (here: gone) since."""
+    from hetcluster.cli import job_options as opt
+    from hetcluster.cli.cmd_plan import make_plan
+    from hetcluster.cli.console import make_console
+
+    inventory = write_inventory(tmp_path)
+    fleet = opt.load_fleet(inventory)
+    inventory.unlink()
+    planned = make_plan(objective="edp", inventory=inventory, model="small_cnn", input_shape="32x32x3", classes=10,
+                        batch_size=32, data=None, total_steps=3000, pretrain_steps=10, warmup_steps=3,
+                        workdir=tmp_path / "work", profile=PROFILE, deadline=None, max_power=None, max_energy=None,
+                        require=None, exclude=None, device_kind=None, console=make_console(), fleet=fleet)
+    assert set(planned.plan.chosen) <= set(DEVICES)

@@ -89,7 +89,7 @@ def evaluate_command(
         objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
         batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
-        max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console)
+        max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console, fleet=fleet)
     evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
                                 out, console, budgets, round_steps=round_steps, repeats=repeats)
     from hetcluster.cli.train_output import evaluation_tables

@@ -63,8 +63,9 @@ def plan_command(
 
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
-              output_format: str = "table", console: Console):
-    """Validate every option, then pre-train or load the profile, then plan."""
+              output_format: str = "table", console: Console, fleet: Any = None):
+    """Validate every option, then pre-train or load the profile, then plan. ``fleet``: the
+    inventory already loaded by the caller (so the agents it checked are the ones planned for)."""
     from hetcluster.cli.plan_output import FORMATS
     from hetcluster.errors import ConfigError
 
@@ -75,7 +76,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     opt.check_device_kind(device_kind)
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
-    fleet = opt.load_fleet(inventory)
+    fleet = fleet if fleet is not None else opt.load_fleet(inventory)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 
     from hetcluster.cli.pretraining import DeviceBudgets, obtain_profile, planner_inputs

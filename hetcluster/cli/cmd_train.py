@@ -131,7 +131,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
         raise _missing_error(missing)
     for name, reason in missing.items():
         console.print(f"[yellow]warning:[/] planning without {name}: {reason}")
-    plan, profile, spec, source, budgets = make_plan(console=console, **options)
+    plan, profile, spec, source, budgets = make_plan(console=console, fleet=fleet, **options)
     plan = _replan_without(plan, list(missing))
     print_table(plan, console=console)
     profile_path, checkpoint_dir = profile_paths(workdir)
