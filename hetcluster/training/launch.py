@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hetcluster.errors import AgentError, TaskError
-from hetcluster.training.servers import (LocalServer, address_reachable, free_port, spawn_parameter_servers,
-                                         wait_until_serving)
+from hetcluster.training.servers import (LocalServer, address_reachable, free_port, one_line_tail,
+                                         spawn_parameter_servers, wait_until_serving)
 from hetcluster.training.spec import ClusterAddresses
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class LaunchedCluster:
                 ended.append(f"worker on {name}: its agent did not answer ({error.message})")
                 continue
             if tasks and not tasks[0].alive:
-                ended.append(f"worker on {name} {tasks[0].state}: {' '.join(tasks[0].message[-tail_chars:].split())}")
+                ended.append(f"worker on {name} {tasks[0].state}: {one_line_tail(tasks[0].message, tail_chars)}")
         return ended
 
     def stop(self) -> dict[str, str]:

@@ -49,6 +49,11 @@ def address_reachable(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+def one_line_tail(text: str, chars: int) -> str:
+    """The last ``chars`` characters of a log, its whitespace and newlines folded to single spaces."""
+    return " ".join(text[-chars:].split())
+
+
 @dataclass
 class LocalServer:
     """A ``tf.distribute.Server`` child process for task ``job:index`` of a cluster spec."""
@@ -81,7 +86,7 @@ class LocalServer:
         """The last ``chars`` characters of the server's log on one line; says so when the log
         cannot be read, so that a report about the server never fails on its log."""
         try:
-            return " ".join(self.log_path.read_text(errors="replace")[-chars:].split())
+            return one_line_tail(self.log_path.read_text(errors="replace"), chars)
         except OSError as error:
             return f"(its log is unreadable: {error})"
 
