@@ -8,6 +8,10 @@ alone. Evaluations recorded since the harness keeps each worker's steady rate
 over its time less the start-up pre-training measured (``~`` marks those). Then, for the fastest
 device, the ratio a time choice hinges on: the throughput of the fastest device with each other
 device over the fastest alone, as today's planner predicts it and as the trainings measured it.
+Last, the other devices' solo windows by how many steps they held (a heavy model's slow device is
+timed over a handful of steps past its warm-up), alone and against the fastest device of the same
+recording (what moves a ranking between the fastest alone and the fastest with others); only
+devices whose trainings recorded their steady rate.
 
     .venv/bin/python experiments/solo_rates.py [--from DIR ...]
 
@@ -29,6 +33,7 @@ from common import RESULTS, read_json  # noqa: E402
 from replan import recordings, repeated_truth  # noqa: E402
 
 ACCURACY = RESULTS / "choice_accuracy"
+FEW_WINDOW_STEPS = 8   # a solo window of this many steps or fewer is "short" in the summary
 
 
 def repeated_recordings(dirs: list[Path] | None = None) -> list[Path]:
@@ -55,7 +60,7 @@ def report(raw: Path) -> dict[str, Any]:
     profile = Profile.from_dict(data["profile"])
     remaining = total - profile.pretrain_steps
     runs = {frozenset(c["devices"]): c.get("runs") or [] for c in data["configurations"]}
-    lines, errors = [], {}
+    lines, errors, window_steps = [], {}, {}
     for device in profile.devices:
         windows = device.solo_rates_steps_per_s or [device.steps_per_s]
         trained = [steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])]
@@ -63,6 +68,8 @@ def report(raw: Path) -> dict[str, Any]:
             continue
         mean = statistics.fmean(rate for rate, _ in trained)
         errors[device.name] = device.steps_per_s / mean - 1
+        if all(measured for _, measured in trained):  # the summary leaves estimated rates out
+            window_steps[device.name] = device.steps
         lines.append(f"  {device.name:14s} solo {' / '.join(f'{w:.2f}' for w in windows)}"
                      f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
                      f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
@@ -85,8 +92,11 @@ def report(raw: Path) -> dict[str, Any]:
             ratios.append(ratio / measured - 1)
             lines.append(f"  {fastest.name}+{other.name} over {fastest.name} alone: predicted {ratio:.2f}, "
                          f"trained {measured:.2f} ({ratio / measured - 1:+.0%})")
-    return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": errors.get(fastest.name),
-            "ratio_errors": ratios}
+    fastest_error = errors.get(fastest.name)
+    others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
+              for name, error in errors.items() if name != fastest.name and name in window_steps]
+    return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
+            "ratio_errors": ratios, "others": others}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         print(f"pair over fastest alone, predicted against trained: median {statistics.median(ratios):+.1%}, "
               f"{sum(e < 0 for e in ratios)} of {len(ratios)} under-predicted")
+    others = [o for r in reports for o in r["others"]]
+    for short in (True, False):
+        chosen = [o for o in others if (o[0] <= FEW_WINDOW_STEPS) == short]
+        if not chosen:
+            continue
+        relative = [o[2] for o in chosen if o[2] is not None]
+        label = f"{'<=' if short else '>'} {FEW_WINDOW_STEPS} steps"
+        print(f"other devices' solo windows of {label}: median {statistics.median(o[1] for o in chosen):+.1%} "
+              f"against their trainings over {len(chosen)}"
+              + (f"; minus the fastest's error in the same recording: median {statistics.median(relative):+.1%}, "
+                 f"{sum(e < 0 for e in relative)} of {len(relative)} below" if relative else ""))
     return 0
 
 
