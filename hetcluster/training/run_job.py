@@ -35,6 +35,7 @@ from typing import Callable
 from hetcluster.errors import HetclusterError, TrainingError
 from hetcluster.fileio import write_json_atomic
 from hetcluster.tfenv import prepare_tf_env, tf_env
+from hetcluster.training.servers import log_file_tail
 from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
 
 log = logging.getLogger(__name__)
@@ -161,9 +162,9 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
                 raise
             _pump_progress(progress, on_progress)
         if not result_path.exists():
-            tail = Path(log_path).read_text(errors="replace")[-1500:]
-            raise TrainingError(f"Training process exited with code {child.returncode} and no result: {tail}",
-                                hint="see the log above; check TensorFlow and the servers.")
+            raise TrainingError(f"Training process exited with code {child.returncode} and no result; "
+                                f"its log ends: {log_file_tail(Path(log_path), 600)}",
+                                hint="check TensorFlow and the servers.")
         payload = json.loads(result_path.read_text(encoding="utf-8"))
     if "error" in payload:
         raise TrainingError(payload["error"])

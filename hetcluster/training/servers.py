@@ -54,6 +54,15 @@ def one_line_tail(text: str, chars: int) -> str:
     return " ".join(text[-chars:].split())
 
 
+def log_file_tail(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of the log at ``path`` on one line; says so when the log
+    cannot be read, so that an error report about a process never fails on its log."""
+    try:
+        return one_line_tail(Path(path).read_text(errors="replace"), chars)
+    except OSError as error:
+        return f"(its log is unreadable: {error})"
+
+
 @dataclass
 class LocalServer:
     """A ``tf.distribute.Server`` child process for task ``job:index`` of a cluster spec."""
@@ -83,12 +92,8 @@ class LocalServer:
         return b"serving at" in self.log_path.read_bytes() and address_reachable(self.address)
 
     def log_tail(self, chars: int) -> str:
-        """The last ``chars`` characters of the server's log on one line; says so when the log
-        cannot be read, so that a report about the server never fails on its log."""
-        try:
-            return one_line_tail(self.log_path.read_text(errors="replace"), chars)
-        except OSError as error:
-            return f"(its log is unreadable: {error})"
+        """The last ``chars`` characters of the server's log on one line (:func:`log_file_tail`)."""
+        return log_file_tail(self.log_path, chars)
 
     def startup_error(self) -> TaskError:
         """The error for a server that exited or was late starting, with its log's tail."""
