@@ -163,7 +163,7 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
             _pump_progress(progress, on_progress)
         if not result_path.exists():
             raise TrainingError(f"Training process exited with code {child.returncode} and no result; "
-                                f"its log ends: {log_file_tail(Path(log_path), 600)}",
+                                f"its log ends: {log_file_tail(log_path, 600)}",
                                 hint="check TensorFlow and the servers.")
         payload = json.loads(result_path.read_text(encoding="utf-8"))
     if "error" in payload:

@@ -54,7 +54,7 @@ def one_line_tail(text: str, chars: int) -> str:
     return " ".join(text[-chars:].split())
 
 
-def log_file_tail(path: Path, chars: int) -> str:
+def log_file_tail(path: Path | str, chars: int) -> str:
     """The last ``chars`` characters of the log at ``path`` on one line; says so when the log
     cannot be read, so that an error report about a process never fails on its log."""
     try:
