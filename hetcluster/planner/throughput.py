@@ -4,7 +4,11 @@ R(S) comes from contention.py (queue or waterfill family, or their BIC-weighted 
 runs cannot tell them apart: weights exp(−ΔBIC/2), those under 0.05 dropped — a soft knee where a
 hard capacity and a queue fit equally, per-worker overhead only in proportion to the evidence),
 fitted by calibration.py. The residual ridge regression is used when at least three multi-device
-runs exist and its leave-one-out error beats the analytic model's.
+runs exist and its leave-one-out error beats the analytic model's. No worker trains faster beside
+others than alone, so R(S) never exceeds the members' solo rates' sum Σ r_i: the regression's
+correction, fitted on a few sets and extrapolated to the rest, is capped there (uncapped, on the
+unseen resnet50 run on server + jetson-xavier + rpi4 it put server+rpi4 33 % above the server
+alone, where the rpi4's solo rate adds 10 %).
 
 Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)²/R² + σ_model²·[n > 1]) with σ_i the solo spread
 and σ_model the leave-one-out RMS log-error of the chosen model (0.15 with fewer than two runs).
@@ -137,7 +141,7 @@ class ThroughputModel:
         factor = np.ones(weights.shape[0])
         if self.regression is not None:
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
-        steps = q.steps_per_s * factor
+        steps = np.minimum(q.steps_per_s * factor, weights @ units.rate_steps_per_s)  # R(S) ≤ Σ r_i
         n = row_sums(weights)
         rel_var = q.measurement_var * factor ** 2 / np.maximum(steps, 1e-300) ** 2 + np.where(n > 1, self.model_std ** 2, 0.0)
         return steps, np.sqrt(rel_var), q, factor
