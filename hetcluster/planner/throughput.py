@@ -141,10 +141,7 @@ class ThroughputModel:
         factor = np.ones(weights.shape[0])
         if self.regression is not None:
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
-            # R(S) ≤ Σ r_i: capped in the factor, which the start-up and power terms scale by too
-            ceiling = (weights @ units.rate_steps_per_s) / np.maximum(q.steps_per_s, 1e-300)
-            factor = np.minimum(factor, ceiling)
-        steps = q.steps_per_s * factor
+        steps = np.minimum(q.steps_per_s * factor, weights @ units.rate_steps_per_s)  # R(S) ≤ Σ r_i
         n = row_sums(weights)
         rel_var = q.measurement_var * factor ** 2 / np.maximum(steps, 1e-300) ** 2 + np.where(n > 1, self.model_std ** 2, 0.0)
         return steps, np.sqrt(rel_var), q, factor
