@@ -7,16 +7,22 @@ what pre-training would measure (every device alone plus a few multi-device sets
 on all the other configurations of the trace.
 """
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hetcluster.planner import FittedModels, JobSpec, ThroughputModel, choose, estimate, load_trace, write_trace
+from hetcluster.planner.calibration import residual_features
 from hetcluster.planner.configurations import membership
+from hetcluster.profiling.profile import Profile, to_planner_inputs
 from hetcluster.errors import ProfileError
 
 TRACE = Path(__file__).parent / "data" / "planner" / "synthetic_contention_trace.csv"
+RESNET50_SXR = (Path(__file__).resolve().parents[1] / "experiments" / "results" / "choice_accuracy"
+                / "full-x2-r2-resnet50-sxr" / "raw" / "resnet50.json")
 
 
 def split(devices, runs):
@@ -84,6 +90,27 @@ def test_no_configuration_is_predicted_faster_than_its_members_solo_rates_togeth
     solo_sums = membership(masks, len(devices)) @ np.array([d.steps_per_s for d in devices])
     assert np.all(predicted <= solo_sums * (1 + 1e-12))
     assert np.any(predicted < 0.9 * solo_sums)  # and the contention is still there
+    # the factor it returns (the start-up lag, power and uncertainty scale by it) is the capped one
+    units = model.units(classes=False)
+    steps, _, queue, factor = model.predict_weights(membership(masks, len(devices)), units)
+    assert steps == pytest.approx(queue.steps_per_s * factor, rel=1e-12)
+    assert np.any(factor < np.exp(model.regression.predict(residual_features(membership(masks, len(devices)), units))))
+
+
+def test_the_regression_needs_three_sets_that_measured_every_member():
+    """The unseen resnet50 run on server + jetson-xavier + rpi4: the step cap ended two of its three
+    sets before the boards trained steadily (their per-device rates hold one member), and a
+    regression fitted on them extrapolated past the rpi4's solo rate. It is not even tried there;
+    with every member's rate recorded in each set it is."""
+    recording = json.loads(RESNET50_SXR.read_text())
+    devices, runs, _ = to_planner_inputs(Profile.from_dict(recording["profile"]), 280)
+    assert sum(r.every_member_steady for r in runs if len(r.devices) > 1) == 1
+    model = ThroughputModel.fit(devices, runs)
+    assert model.regression is None and "regression" not in model.loo_errors
+    rates = {d.name: d.steps_per_s for d in devices}
+    complete = [dataclasses.replace(r, per_device_steps={n: max(1, round(rates[n] * r.time_s * 0.9)) for n in r.devices})
+                for r in runs]
+    assert "regression" in ThroughputModel.fit(devices, complete).loo_errors
 
 
 def test_calibrated_plan_picks_the_measured_best_more_often_than_uncalibrated():

@@ -45,6 +45,13 @@ class RunMeasurement:
     per_device_steps: dict[str, int] = field(default_factory=dict)
     per_device_power_w: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def every_member_steady(self) -> bool:
+        """Whether the run recorded each member's own rate: pre-training does when the set reached
+        a window where every member trained steadily; a set the step cap ended first keeps only
+        the members that did (on heavy models often the fast one alone)."""
+        return set(self.per_device_steps) >= set(self.devices)
+
 
 @dataclass(frozen=True)
 class JobSpec:

@@ -4,11 +4,15 @@ R(S) comes from contention.py (queue or waterfill family, or their BIC-weighted 
 runs cannot tell them apart: weights exp(−ΔBIC/2), those under 0.05 dropped — a soft knee where a
 hard capacity and a queue fit equally, per-worker overhead only in proportion to the evidence),
 fitted by calibration.py. The residual ridge regression is used when at least three multi-device
-runs exist and its leave-one-out error beats the analytic model's. No worker trains faster beside
-others than alone, so R(S) never exceeds the members' solo rates' sum Σ r_i: the regression's
-correction, fitted on a few sets and extrapolated to the rest, is capped there (uncapped, on the
-unseen resnet50 run on server + jetson-xavier + rpi4 it put server+rpi4 33 % above the server
-alone, where the rpi4's solo rate adds 10 %).
+runs measured every member's own rate (RunMeasurement.every_member_steady) and its leave-one-out
+error beats the analytic model's: a set the step cap ended before its slow members trained
+steadily still enters the contention fit (its throughput, its fast members' rates) but says little
+about what the slow ones cost, and a correction fitted on such sets extrapolates. No worker trains
+faster beside others than alone, so R(S) never exceeds the members' solo rates' sum Σ r_i: the
+regression's correction factor is capped there, and the start-up lag, the power and the
+uncertainty that scale by it see the capped one. Both from the unseen resnet50 run on server +
+jetson-xavier + rpi4: two of its three sets held the server's rate alone, and the regression
+fitted on them put server+rpi4 33 % above the server alone, where the rpi4's solo rate adds 10 %.
 
 Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)²/R² + σ_model²·[n > 1]) with σ_i the solo spread
 and σ_model the leave-one-out RMS log-error of the chosen model (0.15 with fewer than two runs).
@@ -110,7 +114,8 @@ class ThroughputModel:
         if len(multi) >= 2:
             loo[variant_name(*choice)] = loo_error(data, units, *choice, False)
         model_std = loo.get(variant_name(*choice))
-        want = use_regression if use_regression is not None else len(multi) >= MIN_RUNS_FOR_REGRESSION
+        steady_runs = sum(r.every_member_steady for r in multi)
+        want = use_regression if use_regression is not None else steady_runs >= MIN_RUNS_FOR_REGRESSION
         if want and len(multi) >= 2:
             loo["regression"] = loo_error(data, units, *choice, True)
             if use_regression is True or loo["regression"] < loo[variant_name(*choice)]:
@@ -136,12 +141,15 @@ class ThroughputModel:
         return self._units[key]
 
     def predict_weights(self, weights: np.ndarray, units: Units, util_weights: np.ndarray | None = None):
-        """(steps_per_s, relative std, QueuePrediction, correction factor) for a weight matrix."""
+        """(steps_per_s, relative std, QueuePrediction, correction factor) for a weight matrix; the
+        factor is the regression's, capped where it would lift R(S) above Σ r_i."""
         q = solve(weights, units, self.analytic, util_weights)
         factor = np.ones(weights.shape[0])
-        if self.regression is not None:
+        if self.regression is not None:  # capped so that R(S) ≤ Σ r_i: what uses the factor (the
+            # start-up lag, power, the uncertainty) sees the same correction as R(S)
             factor = np.exp(self.regression.predict(residual_features(weights, units)))
-        steps = np.minimum(q.steps_per_s * factor, weights @ units.rate_steps_per_s)  # R(S) ≤ Σ r_i
+            factor = np.minimum(factor, weights @ units.rate_steps_per_s / np.maximum(q.steps_per_s, 1e-300))
+        steps = q.steps_per_s * factor
         n = row_sums(weights)
         rel_var = q.measurement_var * factor ** 2 / np.maximum(steps, 1e-300) ** 2 + np.where(n > 1, self.model_std ** 2, 0.0)
         return steps, np.sqrt(rel_var), q, factor
