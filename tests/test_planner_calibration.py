@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hetcluster.planner import FittedModels, JobSpec, ThroughputModel, choose, estimate, load_trace, write_trace
-from hetcluster.planner.calibration import residual_features
+from hetcluster.planner.calibration import ResidualRegression, RunData, predict_runs, residual_features
 from hetcluster.planner.configurations import membership
 from hetcluster.profiling.profile import Profile, to_planner_inputs
 from hetcluster.errors import ProfileError
@@ -95,6 +95,19 @@ def test_no_configuration_is_predicted_faster_than_its_members_solo_rates_togeth
     steps, _, queue, factor = model.predict_weights(membership(masks, len(devices)), units)
     assert steps == pytest.approx(queue.steps_per_s * factor, rel=1e-12)
     assert np.any(factor < np.exp(model.regression.predict(residual_features(membership(masks, len(devices)), units))))
+
+
+def test_leave_one_out_scores_the_regression_as_it_will_predict_capped_at_the_solo_sum():
+    """The regression's leave-one-out error decides whether it is used: it must score the capped
+    predictions the planner would make, not the raw extrapolation."""
+    devices, runs = load_trace(TRACE)
+    seen, _ = split(devices, runs)
+    model = ThroughputModel.fit(devices, seen)
+    units = model.measured_units()
+    data = RunData.of(units, [r for r in seen if len(r.devices) > 1])
+    lifting = ResidualRegression(pipeline=None, coef=np.array([5.0, 5.0, 5.0]))  # e^(5·features): far above any sum
+    assert predict_runs(data, units, model.contention, lifting) == pytest.approx(data.weights @ units.rate_steps_per_s)
+    assert np.any(predict_runs(data, units, model.contention) < 0.9 * data.weights @ units.rate_steps_per_s)  # not trivially the sum
 
 
 def test_the_regression_needs_three_sets_that_measured_every_member():

@@ -114,8 +114,9 @@ VARIANTS = (("queue", False), ("waterfill", False), ("queue", True), ("waterfill
 
 def predict_runs(data: RunData, units: Units, model: Contention, regression=None) -> np.ndarray:
     pred = solve(data.weights, units, model).steps_per_s
-    if regression is not None:
-        pred = pred * np.exp(regression.predict(residual_features(data.weights, units)))
+    if regression is not None:  # as ThroughputModel predicts: never above the members' solo rates' sum
+        pred = np.minimum(pred * np.exp(regression.predict(residual_features(data.weights, units))),
+                          data.weights @ units.rate_steps_per_s)
     return pred
 
 
