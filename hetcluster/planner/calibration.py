@@ -112,11 +112,17 @@ def fit_variant(data: RunData, units: Units, family: str, with_kappa: bool) -> C
 VARIANTS = (("queue", False), ("waterfill", False), ("queue", True), ("waterfill", True))
 
 
+def capped_correction(regression, weights: np.ndarray, units: Units, analytic_steps_per_s: np.ndarray) -> np.ndarray:
+    """The regression's correction factor exp(ŷ), capped where it would lift the analytic R(S)
+    above Σ r_i of the members: no worker trains faster beside others than alone."""
+    factor = np.exp(regression.predict(residual_features(weights, units)))
+    return np.minimum(factor, weights @ units.rate_steps_per_s / np.maximum(analytic_steps_per_s, 1e-300))
+
+
 def predict_runs(data: RunData, units: Units, model: Contention, regression=None) -> np.ndarray:
     pred = solve(data.weights, units, model).steps_per_s
-    if regression is not None:  # as ThroughputModel predicts: never above the members' solo rates' sum
-        pred = np.minimum(pred * np.exp(regression.predict(residual_features(data.weights, units))),
-                          data.weights @ units.rate_steps_per_s)
+    if regression is not None:  # as ThroughputModel predicts
+        pred = pred * capped_correction(regression, data.weights, units, pred)
     return pred
 
 

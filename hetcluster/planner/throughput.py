@@ -27,10 +27,10 @@ import numpy as np
 
 from hetcluster.errors import PlanningError
 from hetcluster.planner.calibration import (
+    capped_correction,
     fit_regression,
     fit_variant,
     loo_error,
-    residual_features,
     RunData,
     selection_score,
     variant_name,
@@ -147,8 +147,7 @@ class ThroughputModel:
         factor = np.ones(weights.shape[0])
         if self.regression is not None:  # capped so that R(S) ≤ Σ r_i: what uses the factor (the
             # start-up lag, power, the uncertainty) sees the same correction as R(S)
-            factor = np.exp(self.regression.predict(residual_features(weights, units)))
-            factor = np.minimum(factor, weights @ units.rate_steps_per_s / np.maximum(q.steps_per_s, 1e-300))
+            factor = capped_correction(self.regression, weights, units, q.steps_per_s)
         steps = q.steps_per_s * factor
         n = row_sums(weights)
         rel_var = q.measurement_var * factor ** 2 / np.maximum(steps, 1e-300) ** 2 + np.where(n > 1, self.model_std ** 2, 0.0)
