@@ -1,5 +1,6 @@
 """Enumeration counts and objective choice on cases computed by hand."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from hetcluster.planner import (
     FittedModels,
     JobSpec,
     PowerModel,
+    RunMeasurement,
     ThroughputModel,
     choose,
     class_configurations,
@@ -172,6 +174,19 @@ def test_waterfill_contention_by_hand():
     assert solo["steps_per_s"] == pytest.approx(10.0)
 
 
+def test_power_fit_leaves_out_a_set_where_no_member_trained_steadily():
+    """Such a set's power is the mean over the whole run (set-up, the engine's joins), not training
+    power; the sets that recorded who trained steadily calibrate γ. Without any per-device record
+    (a trace that has none) every set is used."""
+    throughput = ThroughputModel(devices=FLEET)   # no contention: u = 1, P(S) = Σ busy
+    steady = [RunMeasurement(("A", "B"), 30, 2.0, 15.0, 120.0, per_device_steps={"A": 20, "B": 10}),
+              RunMeasurement(("B", "C"), 14, 2.0, 7.0, 30.0, per_device_steps={"B": 10, "C": 4})]
+    unsteady = RunMeasurement(("A", "B", "C"), 17, 1.0, 17.0, 65.0)   # half of Σ busy = 130 W
+    assert PowerModel.fit(throughput, steady + [unsteady]).multi_factor == pytest.approx(1.0)
+    legacy = [dataclasses.replace(r, per_device_steps={}) for r in steady + [unsteady]]
+    assert PowerModel.fit(throughput, legacy).multi_factor < 0.9
+
+
 def test_queue_contention_by_hand():
     # two identical workers r = 1, s = 0.5: w² + 0.5w − 0.25 = 0 → w = 0.309, R = 2/(1 + w) = 1.528
     twins = (DeviceMeasurement("x", 1.0, 2.0, 1.0), DeviceMeasurement("y", 1.0, 2.0, 1.0))
@@ -218,8 +233,6 @@ def test_importing_the_planner_loads_no_grpc_tensorflow_or_sklearn():
 
 
 def test_runs_naming_excluded_or_failed_devices_are_dropped_not_fatal(caplog):
-    from hetcluster.planner import RunMeasurement
-
     runs = [
         RunMeasurement(("A", "gone"), 100, 10.0, 12.0, 130.0),   # a device that failed in pre-training
         RunMeasurement(("A", "B"), 100, 10.0, 0.0, 120.0),       # a run that applied no step
