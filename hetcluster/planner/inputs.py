@@ -52,6 +52,12 @@ class RunMeasurement:
         the members that did (on heavy models often the fast one alone)."""
         return set(self.per_device_steps) >= set(self.devices)
 
+    @property
+    def any_member_steady(self) -> bool:
+        """Whether the run recorded any member's own rate (a set the step cap ended before any
+        member trained steadily has none; so has a trace without per-device rates)."""
+        return bool(self.per_device_steps)
+
 
 @dataclass(frozen=True)
 class JobSpec:

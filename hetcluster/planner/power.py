@@ -46,8 +46,8 @@ class PowerModel:
     @classmethod
     def fit(cls, throughput: ThroughputModel, runs=()) -> "PowerModel":
         multi = [r for r in runs if len(r.devices) > 1 and r.power_w > 0]
-        if any(r.per_device_steps for r in multi):  # the runs record who trained steadily
-            multi = [r for r in multi if r.per_device_steps] or multi
+        if any(r.any_member_steady for r in multi):  # the runs record who trained steadily
+            multi = [r for r in multi if r.any_member_steady]
         if not multi:
             return cls()
         units = throughput.measured_units()
