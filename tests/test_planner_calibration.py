@@ -86,15 +86,16 @@ def test_no_configuration_is_predicted_faster_than_its_members_solo_rates_togeth
     seen, _ = split(devices, runs)
     model = ThroughputModel.fit(devices, seen, use_regression=True)
     masks = np.arange(1, 2 ** len(devices))
+    weights = membership(masks, len(devices))
     predicted, _ = model.predict(masks)
-    solo_sums = membership(masks, len(devices)) @ np.array([d.steps_per_s for d in devices])
+    solo_sums = weights @ np.array([d.steps_per_s for d in devices])
     assert np.all(predicted <= solo_sums * (1 + 1e-12))
     assert np.any(predicted < 0.9 * solo_sums)  # and the contention is still there
     # the factor it returns (the start-up lag, power and uncertainty scale by it) is the capped one
     units = model.units(classes=False)
-    steps, _, queue, factor = model.predict_weights(membership(masks, len(devices)), units)
+    steps, _, queue, factor = model.predict_weights(weights, units)
     assert steps == pytest.approx(queue.steps_per_s * factor, rel=1e-12)
-    assert np.any(factor < np.exp(model.regression.predict(residual_features(membership(masks, len(devices)), units))))
+    assert np.any(factor < np.exp(model.regression.predict(residual_features(weights, units))))
 
 
 def test_leave_one_out_scores_the_regression_as_it_will_predict_capped_at_the_solo_sum():
