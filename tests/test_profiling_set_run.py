@@ -49,3 +49,21 @@ def test_a_set_cut_short_by_the_cap_keeps_the_run_as_it_went(caplog):
     run = _set_run(("a", "b"), result, t0, t1, recorders)
     assert "step cap" in caplog.text
     assert run.steps_per_s == pytest.approx(result.steps_per_s) and set(run.per_device_steps) == {"a"}
+
+
+def test_a_members_rate_in_the_set_is_kept_whole_not_rounded_to_steps():
+    """A board holds a few steps of a short set window: 0.8 steps/s over 4 s is 3.2 steps, which a
+    whole-step count read back as 0.75 steps/s (6 % slow; up to a quarter at 2 steps)."""
+    recorders = {"a": _Recorder(100.0), "b": _Recorder(10.0)}
+    a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]           # to 106.0
+    b = [(100.0, 102.0, "b")] + [(102.0 + 1.25 * k, 103.25 + 1.25 * k, "b") for k in range(3)]  # to 105.75
+    result = RunResult(steps_applied=15, steps_total=15, steps_restored=0, steps_per_worker={"a": 12, "b": 4},
+                       time_s=6.0, start_wall_s=100.0, end_wall_s=106.0,
+                       step_times=sorted(a + b, key=lambda row: row[1]), final_loss=None, lost_workers=[],
+                       checkpoint_path=None, warmup_steps=1)
+    t0, t1, _ = result.measurement_window()
+    run = _set_run(("a", "b"), result, t0, t1, recorders)
+    assert run.time_s == pytest.approx(4.0)
+    rates = {name: steps / run.time_s for name, steps in run.per_device_steps.items()}
+    assert rates == pytest.approx({"a": 2.0, "b": 0.8})
+    assert sum(rates.values()) == pytest.approx(run.steps_per_s)

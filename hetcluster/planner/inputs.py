@@ -42,7 +42,7 @@ class RunMeasurement:
     time_s: float                 # warm-up excluded
     steps_per_s: float            # aggregate applied steps/s
     power_w: float                # summed mean power of the participating devices
-    per_device_steps: dict[str, int] = field(default_factory=dict)
+    per_device_steps: dict[str, float] = field(default_factory=dict)   # member → its rate × time_s (not rounded)
     per_device_power_w: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -10,7 +10,7 @@ Format (CSV with a header; extra columns are ignored):
     idle_power_w     (single-device rows) the device's idle power
     steps_per_s_std  (optional, single-device rows) spread of the solo throughput
     class_key        (optional, single-device rows)
-    per_device_steps (optional) JSON object {"name": steps}
+    per_device_steps (optional) JSON object {"name": steps}: each member's own rate × time_s (may be fractional)
 
 Single-device rows define the DeviceMeasurement of that device (and are runs too); every row is
 a RunMeasurement. The same format holds synthetic traces (named so: synthetic_*.csv) and real
@@ -64,7 +64,7 @@ def load_trace(path: str | Path) -> tuple[tuple[DeviceMeasurement, ...], tuple[R
             time_s=_float(row["time_s"]),
             steps_per_s=_float(row["steps_per_s"]),
             power_w=_float(row["power_w"]),
-            per_device_steps={str(k): int(v) for k, v in per_device_steps.items()},
+            per_device_steps={str(k): float(v) for k, v in per_device_steps.items()},
         )
         runs.append(run)
         if len(names) == 1 and names[0] not in devices:

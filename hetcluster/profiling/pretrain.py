@@ -354,9 +354,8 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
     if steady is not None:
         s0, s1, rates = steady
         per_device_w = {n: recorders[n].mean_power_w(s0, s1) for n in members}
-        # every member has two steps started in [s0, s1], so each count rounds to 2 or more
-        per_device_steps = {n: round(rates[n] * (s1 - s0)) for n in members}
-        return RunProfile(devices=members, steps=sum(per_device_steps.values()), time_s=s1 - s0,
+        per_device_steps = {n: rates[n] * (s1 - s0) for n in members}
+        return RunProfile(devices=members, steps=round(sum(per_device_steps.values())), time_s=s1 - s0,
                           steps_per_s=sum(rates.values()), power_w=sum(per_device_w.values()), energy_j=energy_j,
                           per_device_steps=per_device_steps, per_device_power_w=per_device_w, **planned)
     log.warning("calibration run %s: the step cap came before a window where every member trained steadily; "
@@ -370,11 +369,10 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
     return RunProfile(
         devices=members, steps=result.measurement_window()[2], time_s=t1 - t0,
         steps_per_s=result.steps_per_s, power_w=sum(per_device_w.values()), energy_j=energy_j,
-        # the planner reads per_device_steps / time_s as each device's throughput in the set:
-        # give it each worker's steady rate over the window (see RunResult.worker_steps_per_s)
-        # (only workers with a steady rate: a lone first step is set-up, not throughput)
-        per_device_steps={n: max(1, round(rate * (t1 - t0)))
-                          for n, rate in result.worker_steps_per_s(steady_only=True).items()},
+        # each worker's steady rate over the window (see RunResult.worker_steps_per_s), as
+        # RunProfile.per_device_steps (only workers with a steady rate: a lone first step is
+        # set-up, not throughput)
+        per_device_steps={n: rate * (t1 - t0) for n, rate in result.worker_steps_per_s(steady_only=True).items()},
         per_device_power_w=per_device_w, **planned)
 
 

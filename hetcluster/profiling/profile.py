@@ -71,7 +71,10 @@ class RunProfile:
     steps_per_s: float
     power_w: float
     energy_j: float
-    per_device_steps: dict[str, int] = field(default_factory=dict)
+    # each member's own rate in the set times ``time_s``, as the planner reads it back (÷ time_s);
+    # not rounded to whole steps: a board holds 2-5 steps in a short set window, where rounding
+    # moved its rate by up to a quarter (profiles before this kept whole numbers)
+    per_device_steps: dict[str, float] = field(default_factory=dict)
     per_device_power_w: dict[str, float] = field(default_factory=dict)
     memory_plan: str = ""
     memory_slowdown: float = 1.0
