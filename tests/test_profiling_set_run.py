@@ -22,10 +22,10 @@ class _Recorder:
         return self.power_w * (t1 - t0)
 
 
-def _run(b_steps: int) -> RunResult:
+def _run(b_steps: int, b_step_s: float = 1.0) -> RunResult:
     # warm-up 1: each worker's first step (b's 2 s set-up) is left out
     a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]           # to 106.0
-    b = [(100.0, 102.0, "b")] + [(102.0 + k, 103.0 + k, "b") for k in range(b_steps - 1)]
+    b = [(100.0, 102.0, "b")] + [(102.0 + b_step_s * k, 102.0 + b_step_s * (k + 1), "b") for k in range(b_steps - 1)]
     steps = sorted(a + b, key=lambda row: row[1])
     return RunResult(steps_applied=len(steps), steps_total=len(steps), steps_restored=0,
                      steps_per_worker={"a": 12, "b": b_steps}, time_s=6.0, start_wall_s=100.0, end_wall_s=106.0,
@@ -55,12 +55,7 @@ def test_a_members_rate_in_the_set_is_kept_whole_not_rounded_to_steps():
     """A board holds a few steps of a short set window: 0.8 steps/s over 4 s is 3.2 steps, which a
     whole-step count read back as 0.75 steps/s (6 % slow; up to a quarter at 2 steps)."""
     recorders = {"a": _Recorder(100.0), "b": _Recorder(10.0)}
-    a = [(100.0 + 0.5 * k, 100.5 + 0.5 * k, "a") for k in range(12)]           # to 106.0
-    b = [(100.0, 102.0, "b")] + [(102.0 + 1.25 * k, 103.25 + 1.25 * k, "b") for k in range(3)]  # to 105.75
-    result = RunResult(steps_applied=15, steps_total=15, steps_restored=0, steps_per_worker={"a": 12, "b": 4},
-                       time_s=6.0, start_wall_s=100.0, end_wall_s=106.0,
-                       step_times=sorted(a + b, key=lambda row: row[1]), final_loss=None, lost_workers=[],
-                       checkpoint_path=None, warmup_steps=1)
+    result = _run(4, b_step_s=1.25)                            # b's last step ends at 105.75
     t0, t1, _ = result.measurement_window()
     run = _set_run(("a", "b"), result, t0, t1, recorders)
     assert run.time_s == pytest.approx(4.0)
