@@ -101,10 +101,10 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     # steps past its warm-up steps (9 here at the host's speed)
     assert set(run.devices) == {"fast", "slow"} and 4 <= run.steps <= 22 and run.steps_per_s > 0
     assert run.power_w == pytest.approx(9.0, rel=0.1)
-    # per-device figures are each worker's steady rate over the window (as step counts), so they
-    # add up to the set's throughput (up to rounding of these small counts)
-    assert set(run.per_device_steps) == {"fast", "slow"} and min(run.per_device_steps.values()) >= 1
-    assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=0.3)
+    # per-device figures are each worker's steady rate times the window (not rounded to whole
+    # steps), so they add up to the set's throughput
+    assert set(run.per_device_steps) == {"fast", "slow"} and min(run.per_device_steps.values()) > 0
+    assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=1e-9)
     # four runs of 12 to 24 steps continued one checkpoint: the steps count toward the job
     done = profile.pretrain_steps
     assert 48 <= done <= 96 and checkpoint_steps(ckpt) == done
