@@ -51,7 +51,7 @@ def test_a_set_cut_short_by_the_cap_keeps_the_run_as_it_went(caplog):
     assert run.steps_per_s == pytest.approx(result.steps_per_s) and set(run.per_device_steps) == {"a"}
 
 
-def test_a_members_rate_in_the_set_is_kept_whole_not_rounded_to_steps():
+def test_a_members_rate_in_the_set_is_kept_exact_not_rounded_to_whole_steps():
     """A board holds a few steps of a short set window: 0.8 steps/s over 4 s is 3.2 steps, which a
     whole-step count read back as 0.75 steps/s (6 % slow; up to a quarter at 2 steps)."""
     recorders = {"a": _Recorder(100.0), "b": _Recorder(10.0)}
