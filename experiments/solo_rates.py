@@ -11,7 +11,9 @@ device over the fastest alone, as today's planner predicts it and as the trainin
 Last, the other devices' solo windows by how many steps they held (a heavy model's slow device is
 timed over a handful of steps past its warm-up), alone and against the fastest device of the same
 recording (what moves a ranking between the fastest alone and the fastest with others); only
-devices whose trainings recorded their steady rate.
+devices whose trainings recorded their steady rate. And the whole job of the fastest device with
+its best partner (the pair whose trainings took the least time, mean over the rounds) against the
+fastest alone, predicted and trained: where a time choice between the two is decided.
 
     .venv/bin/python experiments/solo_rates.py [--from DIR ...]
 
@@ -92,11 +94,32 @@ def report(raw: Path) -> dict[str, Any]:
             ratios.append(ratio / measured - 1)
             lines.append(f"  {fastest.name}+{other.name} over {fastest.name} alone: predicted {ratio:.2f}, "
                          f"trained {measured:.2f} ({ratio / measured - 1:+.0%})")
+    best_pair = _best_pair_gain(data["configurations"], table, fastest.name)
+    if best_pair:
+        partner, trained_gain, predicted_gain = best_pair
+        lines.append(f"  whole job, {fastest.name}+{partner} over {fastest.name} alone: predicted {predicted_gain:+.2%}, "
+                     f"trained {trained_gain:+.2%}")
     fastest_error = errors.get(fastest.name)
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
-            "ratio_errors": ratios, "others": others}
+            "ratio_errors": ratios, "others": others, "best_pair": best_pair}
+
+
+def _best_pair_gain(configurations: list[dict[str, Any]], table, fastest: str) -> tuple[str, float, float] | None:
+    """(partner, trained gain, predicted gain) of the fastest device's best pair by the trainings'
+    mean whole-job time; a gain is the pair's time over the fastest alone's, less one (negative:
+    the pair is faster). None without repeated trainings of the fastest alone and of a pair."""
+    trained = {frozenset(c["devices"]): statistics.fmean(m["time_s"] for m in c["repeats"])
+               for c in configurations if c.get("repeats")}
+    alone = frozenset([fastest])
+    pairs = [k for k in trained if len(k) == 2 and fastest in k]
+    if alone not in trained or not pairs:
+        return None
+    predicted = {frozenset(row["devices"]): row["time_s"] for row in table.to_dict("records")}
+    best = min(pairs, key=trained.get)
+    [partner] = best - alone
+    return partner, trained[best] / trained[alone] - 1, predicted[best] / predicted[alone] - 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         print(f"pair over fastest alone, predicted against trained: median {statistics.median(ratios):+.1%}, "
               f"{sum(e < 0 for e in ratios)} of {len(ratios)} under-predicted")
+    gains = [r["best_pair"] for r in reports if r["best_pair"]]
+    if gains:
+        faster = [g for g in gains if g[1] < 0]
+        differences = [g[2] - g[1] for g in gains]
+        print(f"fastest with its best partner against the fastest alone (whole job): trained faster in "
+              f"{len(faster)} of {len(gains)}, predicted faster in {sum(g[2] < 0 for g in faster)} of those and in "
+              f"{sum(g[2] < 0 <= g[1] for g in gains)} where it was not; predicted minus trained: mean "
+              f"{100 * statistics.fmean(differences):+.2f} points, median {100 * statistics.median(differences):+.2f}")
     others = [o for r in reports for o in r["others"]]
     for short in (True, False):
         chosen = [o for o in others if (o[0] <= FEW_WINDOW_STEPS) == short]

@@ -34,3 +34,13 @@ def test_an_older_recording_estimates_the_steady_rate_from_the_measured_start_up
     assert "trained ~" in server and "(pooled" not in server
     # 160 steps in 71.6 s less the 13.1 s start-up: ~2.73 steps/s against the window's 4.10
     assert report["fastest_error"] == pytest.approx(0.50, abs=0.03)
+
+
+def test_the_fastest_devices_best_partner_is_scored_on_the_whole_job():
+    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    partner, trained, predicted = solo_rates.report(raw)["best_pair"]
+    # server+jetson-xavier trained 4.2 % faster than the server alone (mean whole-job times of the
+    # two rounds); the planner of 2026-11-26 predicted 6.1 % — a gain, from the plan, not the truth
+    assert partner == "jetson-xavier"
+    assert trained == pytest.approx(-0.0423, abs=0.001)
+    assert -0.09 < predicted < -0.03 and predicted != pytest.approx(trained, abs=0.005)
