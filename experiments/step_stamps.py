@@ -15,7 +15,8 @@ With ``--pretrain-total-steps N`` it runs a job's pre-training instead (as `hetc
 keeps the stamps of each of its runs, then trains ``--runs`` on the same fleet right after, so a
 calibration set's short window can be set beside the same configuration trained long.
 
-Results: one JSON per run (the RunResult's stamps and rounds) and ``machine.json`` under --out-dir
+Results: one JSON per run (the RunResult's stamps and rounds; a configuration listed twice in --runs
+keeps both, the second as <label>-2.json) and ``machine.json`` under --out-dir
 (default experiments/results/step_stamps/<name>). Library calls, not the CLI: no command keeps stamps.
 """
 
@@ -51,6 +52,17 @@ def duration_bins(result: Any, worker: str, start_s: float, bin_s: float) -> lis
             bins.setdefault(int((end - start_s) // bin_s), []).append(end - begin)
     last = max(bins, default=-1)
     return [statistics.fmean(bins[i]) if i in bins else None for i in range(last + 1)]
+
+
+def run_file_names(labels: list[str]) -> list[str]:
+    """A file name per run of ``--runs``: the label, and ``-2``, ``-3``… where a label repeats, so a
+    configuration trained twice keeps both runs (one file held only the last)."""
+    seen: dict[str, int] = {}
+    names = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        names.append(f"{label}.json" if seen[label] == 1 else f"{label}-{seen[label]}.json")
+    return names
 
 
 def write_run(path: Path, result: Any, **labels: Any) -> None:
@@ -112,7 +124,8 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
     steps_total = 0
     try:
         with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir:
-            for label in args.runs.split(","):
+            labels = args.runs.split(",")
+            for label, file_name in zip(labels, run_file_names(labels)):
                 names = label.split("+")
                 barrier = len(names) > 1 and not args.no_barrier
                 spec = TrainSpec(model=model, total_steps=steps_total + args.steps, data=DataSource(),
@@ -122,7 +135,7 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
                                     wait=False) as launched:
                     result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready)
                 steps_total = result.steps_total
-                write_run(out_dir / f"{label}.json", result, devices=names, barrier=barrier)
+                write_run(out_dir / file_name, result, devices=names, barrier=barrier)
                 report(label, result, barrier, args.bin_s)
     finally:
         for recorder in recorders:

@@ -54,6 +54,12 @@ def test_a_run_file_reads_back_as_its_run_result(tmp_path):
     assert step_stamps.read_run(tmp_path / "run.json") == result
 
 
+def test_a_configuration_trained_twice_keeps_both_files():
+    labels = ["server+phone", "server", "server+phone", "server+phone"]
+    assert step_stamps.run_file_names(labels) == ["server+phone.json", "server.json", "server+phone-2.json",
+                                                  "server+phone-3.json"]
+
+
 def test_runs_must_name_devices_of_the_fleet(capsys):
     with pytest.raises(SystemExit) as error:
         step_stamps.main(["--devices", "server,phone", "--runs", "server+rpi4"])
