@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from contextlib import ExitStack
 import sys
 import tempfile
 from pathlib import Path
@@ -65,9 +66,23 @@ def run_file_names(labels: list[str]) -> list[str]:
     return names
 
 
+def workers_used_before(runs: list[list[str]], shared_servers: bool) -> list[list[str]]:
+    """For each run, its devices whose worker process trained in an earlier run (only with
+    ``--shared-servers``: otherwise every run launches fresh servers)."""
+    trained: set[str] = set()
+    used = []
+    for names in runs:
+        used.append([n for n in names if n in trained] if shared_servers else [])
+        trained.update(names)
+    return used
+
+
 def write_run(path: Path, result: Any, **labels: Any) -> None:
     """One run's file: its RunResult (stamps, rounds) beside ``labels`` (devices, barrier)."""
     write_json(path, {**labels, **result.to_dict()})
+
+
+LABELS = ("devices", "barrier", "shared_servers", "workers_used_before")
 
 
 def read_run(path: Path) -> Any:
@@ -75,7 +90,7 @@ def read_run(path: Path) -> Any:
     from hetcluster.training.spec import RunResult
 
     data = read_json(path)
-    return RunResult.from_dict({key: value for key, value in data.items() if key not in ("devices", "barrier")})
+    return RunResult.from_dict({key: value for key, value in data.items() if key not in LABELS})
 
 
 def run_pretraining_phase(inventory_path: Path, args: argparse.Namespace, out_dir: Path) -> None:
@@ -122,21 +137,32 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
     clients = [inventory.device(n).client() for n in inventory.names] if args.power_hz > 0 else []
     recorders = [PowerRecorder(client, rate_hz=args.power_hz).start() for client in clients]
     steps_total = 0
+    labels = args.runs.split(",")
+    runs = [label.split("+") for label in labels]
+    fleet = list(dict.fromkeys(n for names in runs for n in names))   # every device the runs name, in order
     try:
-        with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir:
-            labels = args.runs.split(",")
-            for label, file_name in zip(labels, run_file_names(labels)):
-                names = label.split("+")
+        with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir, ExitStack() as servers:
+            shared = (servers.enter_context(launch_cluster([inventory.device(n) for n in fleet],
+                                                           inventory.parameter_server_host))
+                      if args.shared_servers else None)
+            for label, names, file_name, used in zip(labels, runs, run_file_names(labels),
+                                                     workers_used_before(runs, args.shared_servers)):
                 barrier = len(names) > 1 and not args.no_barrier
-                spec = TrainSpec(model=model, total_steps=steps_total + args.steps, data=DataSource(),
+                steps = args.solo_steps if len(names) == 1 and args.solo_steps else args.steps
+                spec = TrainSpec(model=model, total_steps=steps_total + steps, data=DataSource(),
                                  checkpoint_dir=checkpoint_dir, warmup_steps=args.warmup_steps,
                                  start_barrier=barrier)
-                with launch_cluster([inventory.device(n) for n in names], inventory.parameter_server_host,
-                                    wait=False) as launched:
-                    result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready)
+                if shared is not None:
+                    result = run_in_subprocess(spec, shared.addresses.subset(names), timeout_s=1800)
+                else:
+                    with launch_cluster([inventory.device(n) for n in names], inventory.parameter_server_host,
+                                        wait=False) as launched:
+                        result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready)
                 steps_total = result.steps_total
-                write_run(out_dir / file_name, result, devices=names, barrier=barrier)
-                report(label, result, barrier, args.bin_s)
+                write_run(out_dir / file_name, result, devices=names, barrier=barrier,
+                          shared_servers=args.shared_servers, workers_used_before=used)
+                report(label + (f" (workers that trained before: {'+'.join(used)})" if used else ""),
+                       result, barrier, args.bin_s)
     finally:
         for recorder in recorders:
             recorder.stop()
@@ -159,12 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="server,jetson-tx2,phone", help="the emulated fleet (catalog names)")
     parser.add_argument("--runs", required=True, help="configurations to train in turn, e.g. server,server+phone")
     parser.add_argument("--steps", type=int, default=600, help="steps per run")
+    parser.add_argument("--solo-steps", type=int, default=0, help="steps of a run of one device (0: --steps)")
     parser.add_argument("--model", default="mobilenet_v2")
     parser.add_argument("--input-shape", default="32x32x3")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--warmup-steps", type=int, default=3, help="a set's barrier rounds (one step per member each)")
     parser.add_argument("--no-barrier", action="store_true", help="start sets as trainings do, without the barrier")
     parser.add_argument("--power-hz", type=float, default=0.0, help="stream power from every agent at this rate (0: none)")
+    parser.add_argument("--shared-servers", action="store_true",
+                        help="launch the TF servers of every device the runs name once; each run is a new "
+                             "client naming its devices' servers (as pre-training runs), not a fresh launch")
     parser.add_argument("--bin-s", type=float, default=3.0)
     parser.add_argument("--pretrain-total-steps", type=int, default=0,
                         help="first run the pre-training of a job of this many steps (10 steps per run)")
@@ -172,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     devices = args.devices.split(",")
     unknown = [n for label in args.runs.split(",") for n in label.split("+") if n not in devices]
-    if unknown or args.steps < 1:
-        parser.error(f"devices {unknown} are not in --devices" if unknown else "--steps must be positive")
+    if unknown or args.steps < 1 or args.solo_steps < 0:
+        parser.error(f"devices {unknown} are not in --devices" if unknown else "--steps must be positive, --solo-steps not negative")
     name = (f"{args.model}-{f'pretrain{args.pretrain_total_steps}-' if args.pretrain_total_steps else ''}"
-            f"{args.runs.replace(',', '_')}{'-nobarrier' if args.no_barrier else ''}")
+            f"{args.runs.replace(',', '_')}{'-nobarrier' if args.no_barrier else ''}"
+            f"{'-sharedservers' if args.shared_servers else ''}")
     out_dir = args.out_dir or RESULTS / "step_stamps" / name
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "machine.json", {"before": machine_info(), "command": sys.argv})

@@ -60,6 +60,13 @@ def test_a_configuration_trained_twice_keeps_both_files():
                                                   "server+phone-3.json"]
 
 
+def test_shared_servers_say_which_workers_trained_before():
+    runs = [["server"], ["phone"], ["server", "phone"], ["server", "phone"], ["rpi4", "phone"]]
+    assert step_stamps.workers_used_before(runs, shared_servers=True) == [
+        [], [], ["server", "phone"], ["server", "phone"], ["phone"]]
+    assert step_stamps.workers_used_before(runs, shared_servers=False) == [[]] * 5   # every run launches afresh
+
+
 def test_runs_must_name_devices_of_the_fleet(capsys):
     with pytest.raises(SystemExit) as error:
         step_stamps.main(["--devices", "server,phone", "--runs", "server+rpi4"])

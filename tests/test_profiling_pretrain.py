@@ -120,6 +120,12 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     assert [sorted({w for _, _, w in d["result"].step_times}) for d in done_runs] == [
         ["fast"], ["slow"], ["fast", "slow"], [twice.name]]
     assert sum(d["result"].steps_applied for d in done_runs) == profile.pretrain_steps
+    # one launch for the phase: each agent started one TF worker, which served all four runs and
+    # was stopped at the end
+    for name in ("fast", "slow"):
+        with fleet.device(name).client() as client:
+            tasks = client.task_status()
+        assert len(tasks) == 1 and not tasks[0].alive and tasks[0].state == "stopped"
 
     json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
     assert load_profile(json_path) == profile

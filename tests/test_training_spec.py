@@ -25,6 +25,13 @@ def test_cluster_addresses_spec_and_validation():
         ClusterAddresses(workers={"a": "h1:1"}, ps=["h1:1"], chief="h0:4")
 
 
+def test_a_run_on_shared_servers_names_only_its_workers():
+    launched = ClusterAddresses(workers={"server": "h:1", "rpi4": "h:2", "phone": "h:3"}, ps=["h:4"], chief="h:5")
+    run = launched.subset(["phone", "server"])
+    assert run.workers == {"phone": "h:3", "server": "h:1"} and run.ps == ["h:4"] and run.chief == "h:5"
+    assert run.cluster_spec_dict()["worker"] == ["h:3", "h:1"]   # tasks 0 and 1 of the run's cluster
+
+
 def test_train_spec_round_trip_and_validation(tmp_path):
     spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=100,
                      data=DataSource("synthetic", seed=3), checkpoint_dir=str(tmp_path), checkpoint_every_steps=10)

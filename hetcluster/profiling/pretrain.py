@@ -4,7 +4,15 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 
 1. health-check every device's agent; start a PowerRecorder on each (a device that fails here is
    excluded with a warning);
-2. idle power: ``idle_s`` with no TF server running;
+2. idle power: ``idle_s`` with no TF server running; then the TF servers, one worker on every
+   device and the PS, launched once at the first run and kept up across the phase's runs
+   (:meth:`_Phase.shared_servers`): each run is a new client whose cluster names its members'
+   servers only. A worker's first training runs up to a quarter slow for its first 10–20 s and
+   one that trained before does not (inception_v3 on three boards, `experiments/step_stamps.py
+   --shared-servers`, docs/experiments.md "A worker's climb is its first run's"): so the solo
+   runs, each worker's first, start cold as a training does (their start-up is a training's),
+   while the sets and the fastest device's second window are measured at the rate a training
+   reaches past its climb, not inside it; and no run waits for its servers to start;
 3. each device alone (one per class of identical devices, the inventory's ``device_class``: the
    class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
    more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
@@ -210,6 +218,7 @@ class _Phase:
         self.clients: dict[str, Any] = {}
         self.steps_total = 0
         self.checkpoint_path: str | None = None
+        self.cluster: Any = None   # the phase's LaunchedCluster (shared_servers), None until the first run
 
     def exclude(self, name: str, reason: str) -> None:
         if name not in self.excluded:
@@ -236,10 +245,36 @@ class _Phase:
         return ready
 
     def stop(self) -> None:
+        self.stop_servers()
         for recorder in self.recorders.values():
             recorder.stop()
         for client in self.clients.values():
             client.close()
+
+    def shared_servers(self) -> Any:
+        """The phase's TF servers: one worker on every device not excluded, and the PS, launched
+        once at the first run and kept up across the runs (each run is a new client naming its
+        members' servers, ClusterAddresses.subset). A device whose worker cannot start is
+        excluded with a warning and the rest launched again. Raises the launch error when no
+        device is left or the PS fails."""
+        from hetcluster.training.launch import DeviceLaunchError, launch_cluster
+
+        while self.cluster is None:
+            names = [n for n in self.recorders if n not in self.excluded]
+            try:
+                self.cluster = launch_cluster([self.inventory.device(n) for n in names],
+                                              self.inventory.parameter_server_host,
+                                              ready_timeout_s=self.settings.ready_timeout_s)
+            except DeviceLaunchError as error:
+                if len(names) < 2 or error.device not in names:
+                    raise
+                self.exclude(error.device, f"its TF worker did not start: {error.message}")
+        return self.cluster
+
+    def stop_servers(self) -> None:
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.stop()
 
     def usable(self, names: Sequence[str]) -> list[str]:
         return [n for n in names if n not in self.excluded]
@@ -254,7 +289,6 @@ class _Phase:
         window is shorter than ``window_s`` (default ``min_window_s``; with several devices: until
         every one trains steadily in it), never more than ``cap`` (default ``step_cap``); return
         (RunResult, t0, t1) of its window."""
-        from hetcluster.training.launch import launch_cluster
         from hetcluster.training.run_job import run_in_subprocess
         from hetcluster.training.spec import TrainSpec
 
@@ -268,18 +302,22 @@ class _Phase:
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
-        entries = [self.inventory.device(n) for n in names]
         self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique})
+        cluster = self.shared_servers()
+        missing = [n for n in names if n not in cluster.addresses.workers]
+        if missing:
+            raise ProfileError(f"No TF worker runs on {', '.join(missing)} in this pre-training "
+                               f"({self.excluded.get(missing[0], 'not launched')}).")
         try:
-            with launch_cluster(entries, self.inventory.parameter_server_host,
-                                ready_timeout_s=settings.ready_timeout_s, wait=False) as launched:
-                result = run_in_subprocess(  # it imports TF while the servers start
-                    spec, launched.addresses, timeout_s=settings.run_timeout_s, ready=launched.wait_ready,
-                    on_progress=lambda done, to_do, el: self.on_event(
-                        "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
+            result = run_in_subprocess(
+                spec, cluster.addresses.subset(names), timeout_s=settings.run_timeout_s,
+                on_progress=lambda done, to_do, el: self.on_event(
+                    "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
         except HetclusterError:
-            # a failed run keeps only what its checkpoint holds
+            # a failed run keeps only what its checkpoint holds; its servers may be left dead or
+            # half-used, so the next run launches them afresh
             self.steps_total = checkpoint_steps(self.checkpoint_dir)
+            self.stop_servers()
             raise
         self.steps_total = result.steps_total
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
@@ -491,6 +529,8 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         measured: list[DeviceProfile] = []   # the devices measured alone: one per class
         solo_run_steps: dict[str, int] = {}
         for name in available:
+            if name in phase.excluded:
+                continue   # its worker did not start (_Phase.shared_servers)
             if class_of[name] and any(class_of[d.name] == class_of[name] for d in measured):
                 continue   # its class was measured: it takes that device's figures (class_copies)
             result = _solo_profile(phase, name, idle_w[name])

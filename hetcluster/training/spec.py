@@ -45,6 +45,13 @@ class ClusterAddresses:
         """The ``{job: [address, ...]}`` dict for ``tf.train.ClusterSpec``."""
         return {"chief": [self.chief], "worker": list(self.workers.values()), "ps": list(self.ps)}
 
+    def subset(self, names: Sequence[str]) -> "ClusterAddresses":
+        """The addresses of a run of ``names`` on servers launched for more devices. A client whose
+        cluster names only those workers (in ``names``' order, tasks from 0) trains on them alone:
+        TF gives each named server its task in the client's cluster (a session of its own on the
+        worker), and the servers it does not name stay idle."""
+        return ClusterAddresses(workers={n: self.workers[n] for n in names}, ps=list(self.ps), chief=self.chief)
+
     def to_dict(self) -> dict:
         return {"workers": dict(self.workers), "ps": list(self.ps), "chief": self.chief}
 
