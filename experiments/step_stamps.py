@@ -15,6 +15,10 @@ With ``--pretrain-total-steps N`` it runs a job's pre-training instead (as `hetc
 keeps the stamps of each of its runs, then trains ``--runs`` on the same fleet right after, so a
 calibration set's short window can be set beside the same configuration trained long.
 
+With ``--shared-servers`` the TF servers of every device the runs name are launched once and each
+run is a new client naming its devices' servers, as pre-training runs them (``--solo-steps`` gives
+runs of one device their own length): a worker's first run beside its later ones.
+
 Results: one JSON per run (the RunResult's stamps and rounds; a configuration listed twice in --runs
 keeps both, the second as <label>-2.json) and ``machine.json`` under --out-dir
 (default experiments/results/step_stamps/<name>). Library calls, not the CLI: no command keeps stamps.
@@ -24,9 +28,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from contextlib import ExitStack
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +145,9 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
     runs = [label.split("+") for label in labels]
     fleet = list(dict.fromkeys(n for names in runs for n in names))   # every device the runs name, in order
     try:
-        with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir, ExitStack() as servers:
-            shared = (servers.enter_context(launch_cluster([inventory.device(n) for n in fleet],
-                                                           inventory.parameter_server_host))
-                      if args.shared_servers else None)
+        with tempfile.TemporaryDirectory(prefix="step-stamps-") as checkpoint_dir, \
+                (launch_cluster([inventory.device(n) for n in fleet], inventory.parameter_server_host)
+                 if args.shared_servers else nullcontext()) as shared:
             for label, names, file_name, used in zip(labels, runs, run_file_names(labels),
                                                      workers_used_before(runs, args.shared_servers)):
                 barrier = len(names) > 1 and not args.no_barrier
@@ -203,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     devices = args.devices.split(",")
     unknown = [n for label in args.runs.split(",") for n in label.split("+") if n not in devices]
     if unknown or args.steps < 1 or args.solo_steps < 0:
-        parser.error(f"devices {unknown} are not in --devices" if unknown else "--steps must be positive, --solo-steps not negative")
+        parser.error(f"devices {unknown} are not in --devices" if unknown
+                     else "--steps must be positive, --solo-steps not negative")
     name = (f"{args.model}-{f'pretrain{args.pretrain_total_steps}-' if args.pretrain_total_steps else ''}"
             f"{args.runs.replace(',', '_')}{'-nobarrier' if args.no_barrier else ''}"
             f"{'-sharedservers' if args.shared_servers else ''}")
