@@ -487,7 +487,7 @@ def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_
     measurement, or — a device of a class whose other member was measured alone — a copy of that
     member's (``measured_on`` names it) with the device's own idle power. Identical devices train
     alike, so one solo run per class is enough: a fleet of 20 identical boards costs pre-training one
-    board's launch and window, not twenty."""
+    board's solo run, not twenty (the phase launches every board's server once, side by side)."""
     own = {d.name: d for d in measured}
     of_class = {d.device_class: d for d in reversed(measured) if d.device_class}   # the first measured
     profiles = []
