@@ -105,22 +105,25 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     # steps), so they add up to the set's throughput
     assert set(run.per_device_steps) == {"fast", "slow"} and min(run.per_device_steps.values()) >= 1
     assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=1e-9)
-    # four runs of 12 to 24 steps continued one checkpoint: the steps count toward the job
+    # five runs of 12 to 24 steps (the opening run's included) continued one checkpoint: the steps
+    # count toward the job
     done = profile.pretrain_steps
-    assert 48 <= done <= 96 and checkpoint_steps(ckpt) == done
+    assert 60 <= done <= 120 and checkpoint_steps(ckpt) == done
     # a set's steps are those of its steady window (equal to the run's when the cap cut it short)
-    assert done >= sum(d.steps for d in profile.devices) + run.steps + 4 * settings.warmup_steps
+    assert done >= sum(d.steps for d in profile.devices) + run.steps + 5 * settings.warmup_steps
     assert profile.checkpoint_path.endswith(f"ckpt-{done}")
     # both devices powered over the whole phase: between all-idle (3 W) and all-busy (9 W)
     assert 0.9 * 3.0 * profile.pretrain_time_s <= profile.pretrain_energy_j <= 9.0 * profile.pretrain_time_s
     assert any(kind == "excluded" and d.get("device") == "ghost" for kind, d in events)
     assert any(kind == "progress" for kind, _ in events)
-    # each finished run hands over its RunResult: four runs, their applied steps the phase's
+    # each finished run hands over its RunResult: the opening run of both (not measured: the set
+    # is the later run), each alone, the set, the recheck; their applied steps the phase's
     done_runs = [d for kind, d in events if kind == "run_done"]
     assert [sorted({w for _, _, w in d["result"].step_times}) for d in done_runs] == [
-        ["fast"], ["slow"], ["fast", "slow"], [twice.name]]
+        ["fast", "slow"], ["fast"], ["slow"], ["fast", "slow"], [twice.name]]
+    assert [d["what"] for d in done_runs] == ["opening", "", "", "", ""]
     assert sum(d["result"].steps_applied for d in done_runs) == profile.pretrain_steps
-    # one launch for the phase: each agent started one TF worker, which served all four runs and
+    # one launch for the phase: each agent started one TF worker, which served all five runs and
     # was stopped at the end
     for name in ("fast", "slow"):
         with fleet.device(name).client() as client:
@@ -166,7 +169,9 @@ def test_a_device_that_plain_tensorflow_does_not_fit_is_measured_under_its_memor
     ran = {tuple(sorted({w for _, _, w in d["result"].step_times})): d["result"].memory_plan
            for kind, d in events if kind == "run_done"}
     assert ran == {("fast",): "", ("slow",): slow.memory_plan, ("fast", "slow"): slow.memory_plan}
-    assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == ["", slow.memory_plan, slow.memory_plan]
+    # the opening run of both trains under slow's plan, as the set does
+    assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == [
+        slow.memory_plan, "", slow.memory_plan, slow.memory_plan]
 
 
 @pytest.fixture
@@ -186,10 +191,12 @@ def test_pretraining_measures_one_device_of_a_class_alone_and_gives_its_figures_
     profile = run_pretraining(class_fleet, ModelSpec("small_cnn", (16, 16, 3), 4, 8), str(tmp_path / "ckpt"),
                               settings=settings, on_event=lambda kind, details: events.append((kind, details)))
 
-    # two solo runs for three devices (board-2 is board-1's class), then the set of all three
+    # the opening run of all three (board-2's worker warmed too), two solo runs for three devices
+    # (board-2 is board-1's class), then the set of all three
     started = [d["devices"] for kind, d in events if kind == "run_start"]
-    assert started[:2] == [["board-1"], ["other"]] and len(started) == 3   # (the set's names go fastest first)
-    assert sorted(started[2]) == ["board-1", "board-2", "other"]
+    assert started[0] == ["board-1", "other", "board-2"] and len(started) == 4
+    assert started[1:3] == [["board-1"], ["other"]]
+    assert sorted(started[3]) == ["board-1", "board-2", "other"]   # (the set's names go fastest first)
     assert [d.name for d in profile.devices] == ["board-1", "other", "board-2"]
     board1, other, board2 = profile.devices
     assert (board1.device_class, other.device_class, board2.device_class) == ("board", None, "board")

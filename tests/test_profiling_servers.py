@@ -75,3 +75,61 @@ def test_a_launch_with_no_other_device_left_raises(phase):
     phase.excluded.update({"a": "solo run failed", "b": "solo run failed"})
     with pytest.raises(DeviceLaunchError, match="could not start"):
         phase.shared_servers()
+
+
+class _Result:
+    lost_workers: tuple[str, ...] = ()
+
+
+def test_the_opening_run_trains_every_device_whose_worker_started_together_unmeasured(phase, monkeypatch):
+    from hetcluster.profiling.pretrain import _opening_run
+
+    runs = []
+
+    def measure(names, steps=None, cap=None, window_s=None, what=""):
+        runs.append((list(names), steps, cap, window_s, what))
+        return _Result(), 0.0, 1.0
+
+    monkeypatch.setattr(phase, "measure", measure)
+    phase.settings = PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=16, max_phase_steps=100)
+    phase.steps_total = 40
+    _opening_run(phase, ["a", "b", "c"], start_steps=40)
+    # c's worker did not start (the launch came first): a and b, for the opening's window, capped at
+    # a set's share of the budget (100 steps over 3 sets and the opening: 25)
+    assert runs == [(["a", "b"], 10, 25, phase.settings.opening_s, "opening")]
+    assert "c" in phase.excluded
+
+
+def test_no_opening_run_for_one_device_or_when_switched_off(phase, monkeypatch):
+    from hetcluster.profiling.pretrain import _opening_run
+
+    runs = []
+    monkeypatch.setattr(phase, "measure", lambda names, *args, **kwargs: runs.append(names))
+    _opening_run(phase, ["a"], start_steps=0)
+    phase.settings = PretrainSettings(opening_s=0.0)
+    _opening_run(phase, ["a", "b"], start_steps=0)
+    assert runs == [] and phase.launches == []
+
+
+def test_a_failed_opening_run_warns_and_the_phase_goes_on(phase, monkeypatch, caplog):
+    from hetcluster.errors import TrainingError
+    from hetcluster.profiling.pretrain import _opening_run
+
+    def measure(names, *args, **kwargs):
+        raise TrainingError("worker b stopped answering")
+
+    monkeypatch.setattr(phase, "measure", measure)
+    _opening_run(phase, ["a", "b"], start_steps=0)
+    assert "solo runs start on cold workers" in caplog.text
+    assert ("excluded", {"run": ["a", "b"], "reason": "worker b stopped answering"}) in phase.events
+    assert "a" not in phase.excluded and "b" not in phase.excluded
+
+
+def test_a_device_lost_in_the_opening_run_is_excluded(phase, monkeypatch):
+    from hetcluster.profiling.pretrain import _opening_run
+
+    lost = _Result()
+    lost.lost_workers = ("b",)
+    monkeypatch.setattr(phase, "measure", lambda names, *args, **kwargs: (lost, 0.0, 1.0))
+    _opening_run(phase, ["a", "b"], start_steps=0)
+    assert phase.excluded["b"] == "lost during the opening run"

@@ -54,7 +54,8 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
 
         def run_label(details: dict[str, Any]) -> str:
             plan = details.get("memory_plan") or getattr(details.get("result"), "memory_plan", "")
-            return "+".join(details["devices"]) + (f" (memory plan {plan})" if plan else "")
+            opening = " (opening: warms the workers, not measured)" if details.get("what") == "opening" else ""
+            return "+".join(details["devices"]) + (f" (memory plan {plan})" if plan else "") + opening
 
         def on_event(kind: str, details: dict[str, Any]) -> None:
             if kind == "run_start":

@@ -7,13 +7,19 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 2. idle power: ``idle_s`` with no TF server running; then the TF servers, one worker on every
    device and the PS, launched once at the first run and kept up across the phase's runs
    (:meth:`_Phase.shared_servers`): each run is a new client whose cluster names its members'
-   servers only. A worker's first training runs up to a quarter slow for its first 10–20 s and
-   one that trained before does not (inception_v3 on three boards, `experiments/step_stamps.py
-   --shared-servers`, docs/experiments.md "A worker's climb is its first run's"): so the solo
-   runs, each worker's first, start cold as a training does (their start-up is a training's),
-   while the sets and the fastest device's second window are measured at the rate a training
-   reaches past its climb, not inside it; and no run waits for its servers to start;
-3. each device alone (one per class of identical devices, the inventory's ``device_class``: the
+   servers only, and no run waits for its servers to start;
+3. the opening run: every device together, ``opening_s`` seconds past the warm-up (its share of
+   ``max_phase_steps`` at most), not measured — its steps count toward the job like every run's.
+   A worker's first training runs up to a quarter slow for its first 10–20 s and one that trained
+   before does not (inception_v3 on three boards, `experiments/step_stamps.py --shared-servers`,
+   docs/experiments.md "A worker's climb is its first run's"); without this run each solo run
+   was its worker's first and read the board low (phone 0.517 steps/s alone where it trained at
+   0.70), while the sets after it, on warm workers, read every board above its solo rate. So every
+   run that is measured runs on warm workers, at the rate a training reaches past its climb. The
+   start-up figures still come from the solo runs: a warm worker's first step is no shorter
+   (jetson-tx2's 11.1 s on a fresh worker, 16.6 s on one that had trained: the client's graph
+   set-up, not the worker's, is most of it);
+4. each device alone (one per class of identical devices, the inventory's ``device_class``: the
    class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
    more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
    otherwise be timed over a few hundredths of a second) — then the calibration sets of
@@ -27,14 +33,14 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    (``warmup_steps``, then the seconds ``warmup_s`` after them: WARMUP_S). No solo
    run takes more than ``step_cap`` steps and no set more than its share of what
    ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
-4. the fastest device alone once more (``recheck_fastest``), its two windows pooled
+5. the fastest device alone once more (``recheck_fastest``), its two windows pooled
    (:func:`pool_solo_windows`): its solo rate is what a time choice hinges on (every set with it is
    predicted from it), and in 9 of the 17 repeated-truth evaluations recorded before this step one
    window of a few seconds read the fastest device 10–50 % off the steady rate it then trained at
    (both ways; `experiments/solo_rates.py`, docs/experiments.md). Two windows minutes apart, around
    the sets, average a drift that is independent between them, and show it: ``steps_per_s_std``
    is at least half their difference;
-5. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
+6. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
 Times and power use each run's measurement window (from the end of the warm-up, its steps and seconds, to the last
@@ -88,6 +94,12 @@ PRETRAIN_POWER_RATE_HZ = 10.0
 # contention than the trainings had (docs/experiments.md, "The seconds after the warm-up").
 WARMUP_S = 3.0
 
+# The opening run's window past the warm-up: every worker's first training climbs for 10–20 s
+# (over nine worker-runs of fresh workers the first 10 s past the 4th step ran at 0.84 of the
+# later rate, on workers that had trained at 0.96; docs/experiments.md "A worker's climb is its
+# first run's"), so 10 s past the warm-up's steps and WARMUP_S leaves a measured run little of it.
+OPENING_S = 10.0
+
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
 # its step stamps included), "progress"
 EventFn = Callable[[str, dict[str, Any]], None]
@@ -113,7 +125,8 @@ class PretrainSettings:
     idle_s: float = 3.0
     power_rate_hz: float = PRETRAIN_POWER_RATE_HZ
     max_sets: int = 3
-    recheck_fastest: bool = True   # measure the fastest device alone again after the sets (step 4)
+    recheck_fastest: bool = True   # measure the fastest device alone again after the sets (step 5)
+    opening_s: float = OPENING_S   # the opening run's window (step 3); 0: no opening run
     learning_rate: float = 0.01
     run_timeout_s: float = 600.0
     ready_timeout_s: float = 120.0
@@ -122,9 +135,10 @@ class PretrainSettings:
         if self.steps_per_run < self.warmup_steps + 2:
             raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
-        if self.min_window_s < 0 or self.max_window_s < 0 or self.warmup_s < 0:
-            raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s} or "
-                               f"warmup_s={self.warmup_s} is negative.", hint="give 0 s or more.")
+        if min(self.min_window_s, self.max_window_s, self.warmup_s, self.opening_s) < 0:
+            raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s}, "
+                               f"warmup_s={self.warmup_s} or opening_s={self.opening_s} is negative.",
+                               hint="give 0 s or more.")
 
     @classmethod
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None,
@@ -284,11 +298,11 @@ class _Phase:
         return self.memory_of(names) if self.memory_of is not None else PLAIN
 
     def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
-                window_s: float | None = None) -> tuple[Any, float, float]:
+                window_s: float | None = None, what: str = "") -> tuple[Any, float, float]:
         """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
         window is shorter than ``window_s`` (default ``min_window_s``; with several devices: until
         every one trains steadily in it), never more than ``cap`` (default ``step_cap``); return
-        (RunResult, t0, t1) of its window."""
+        (RunResult, t0, t1) of its window. ``what`` labels the run in its events ("opening")."""
         from hetcluster.training.run_job import run_in_subprocess
         from hetcluster.training.spec import TrainSpec
 
@@ -302,7 +316,8 @@ class _Phase:
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
-        self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique})
+        self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique,
+                                    "what": what})
         cluster = self.shared_servers()
         missing = [n for n in names if n not in cluster.addresses.workers]
         if missing:
@@ -323,8 +338,33 @@ class _Phase:
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
         t0, t1, _ = result.measurement_window()
         self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
-                                   "lost": list(result.lost_workers), "result": result})
+                                   "lost": list(result.lost_workers), "result": result, "what": what})
         return result, t0, t1
+
+
+def _opening_run(phase: _Phase, names: Sequence[str], start_steps: int) -> None:
+    """Step 3: train every device of ``names`` with a worker together, ``opening_s`` seconds past
+    the warm-up, at most a set's share of the phase's budget; not measured, its steps count toward
+    the job. Skipped with fewer than two devices (a lone device's solo run is the phase) or
+    ``opening_s`` 0. A failed run leaves the solo runs cold, with a warning; a device lost in it
+    is excluded."""
+    settings = phase.settings
+    if settings.opening_s <= 0 or len(phase.usable(names)) < 2:
+        return
+    cap = settings.set_cap(phase.steps_total - start_steps, settings.max_sets + 1)
+    members = phase.usable(names)
+    try:
+        phase.shared_servers()   # launched first: a device whose worker does not start is left out
+        members = phase.usable(names)
+        if len(members) < 2:
+            return
+        result, _, _ = phase.measure(members, settings.steps_per_run, cap, settings.opening_s, what="opening")
+    except HetclusterError as error:
+        log.warning("the opening run of %s failed (the solo runs start on cold workers): %s", "+".join(members), error)
+        phase.on_event("excluded", {"run": list(members), "reason": str(error)})
+        return
+    for name in result.lost_workers:
+        phase.exclude(name, "lost during the opening run")
 
 
 def _rate_std(result: Any) -> float:
@@ -526,6 +566,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
         phase.on_event("idle", {"idle_power_w": dict(idle_w)})
         class_of = device_classes(inventory, available)
+        _opening_run(phase, available, start_steps)
         measured: list[DeviceProfile] = []   # the devices measured alone: one per class
         solo_run_steps: dict[str, int] = {}
         for name in available:
