@@ -101,7 +101,8 @@ WARMUP_S = 3.0
 OPENING_S = 10.0
 
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
-# its step stamps included), "progress"
+# its step stamps included), "progress"; a run's events carry "what": "opening" for the opening run
+# (step 3, not measured), "" for the others
 EventFn = Callable[[str, dict[str, Any]], None]
 
 # memory(devices) → the memory plan a run of those devices trains under, as training would run
