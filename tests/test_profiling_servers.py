@@ -79,6 +79,7 @@ def test_a_launch_with_no_other_device_left_raises(phase):
 
 class _Result:
     lost_workers: tuple[str, ...] = ()
+    steps_applied = 7
 
 
 def test_the_opening_run_trains_every_device_whose_worker_started_together_unmeasured(phase, monkeypatch):
@@ -93,7 +94,7 @@ def test_the_opening_run_trains_every_device_whose_worker_started_together_unmea
     monkeypatch.setattr(phase, "measure", measure)
     phase.settings = PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=16, max_phase_steps=100)
     phase.steps_total = 40
-    _opening_run(phase, ["a", "b", "c"], start_steps=40)
+    assert _opening_run(phase, ["a", "b", "c"], start_steps=40) == 7   # the steps it applied
     # c's worker did not start (the launch came first): a and b, for the opening's window, capped at
     # a set's share of the budget (100 steps over 3 sets and the opening: 25)
     assert runs == [(["a", "b"], 10, 25, phase.settings.opening_s, "opening")]
@@ -133,3 +134,63 @@ def test_a_device_lost_in_the_opening_run_is_excluded(phase, monkeypatch):
     monkeypatch.setattr(phase, "measure", lambda names, *args, **kwargs: (lost, 0.0, 1.0))
     _opening_run(phase, ["a", "b"], start_steps=0)
     assert phase.excluded["b"] == "lost during the opening run"
+
+
+def _steady_result(names, steps, start_s, total_before, warmup_steps):
+    """A RunResult where each of ``names`` trains at 1 step/s from ``start_s`` (``steps`` each)."""
+    from hetcluster.training.spec import RunResult
+
+    times = sorted(((start_s + k, start_s + k + 1.0, n) for n in names for k in range(steps)), key=lambda r: r[1])
+    return RunResult(steps_applied=len(times), steps_total=total_before + len(times), steps_restored=total_before,
+                     steps_per_worker={n: steps for n in names}, time_s=float(steps), start_wall_s=start_s,
+                     end_wall_s=start_s + steps, step_times=times, final_loss=None, lost_workers=[],
+                     checkpoint_path=None, warmup_steps=warmup_steps)
+
+
+def test_the_opening_runs_steps_do_not_shrink_the_sets_share_of_the_budget(monkeypatch):
+    """Budget 300 steps: the opening run takes its 75 (a set's share: 300 over 4), and the sets
+    still share what the budget leaves past the solo runs, as they would without it."""
+    import hetcluster.profiling.pretrain as pretrain
+
+    class _Recorder:
+        samples: list = []
+
+        def mean_power_w(self, t0, t1):
+            return 5.0
+
+        def energy_j(self, t0, t1):
+            return 5.0 * (t1 - t0)
+
+    def phase_caps(opening_s):
+        caps = []
+
+        def start_recorders(self, names):
+            self.recorders = {n: _Recorder() for n in names}
+            return list(names)
+
+        def measure(self, names, steps=None, cap=None, window_s=None, what=""):
+            caps.append((what or "+".join(names), cap))
+            each = (cap if what == "opening" else steps or self.settings.steps_per_run) // len(names)
+            result = _steady_result(names, each, 1000.0 + self.steps_total, self.steps_total,
+                                    self.settings.warmup_steps)
+            self.steps_total = result.steps_total
+            return result, *result.measurement_window()[:2]
+
+        monkeypatch.setattr(pretrain._Phase, "start_recorders", start_recorders)
+        monkeypatch.setattr(pretrain._Phase, "measure", measure)
+        monkeypatch.setattr(pretrain._Phase, "stop", lambda self: None)
+        monkeypatch.setattr(pretrain._Phase, "shared_servers", lambda self: None)
+        monkeypatch.setattr(pretrain.time, "sleep", lambda s: None)
+        settings = PretrainSettings(steps_per_run=10, warmup_steps=2, warmup_s=0.0, idle_s=0.0,
+                                    max_phase_steps=300, max_steps_per_run=20, max_sets=3, opening_s=opening_s)
+        inventory = _Inventory()
+        inventory.names = ["a", "b", "c"]
+        profile = pretrain.run_pretraining(inventory, ModelSpec("small_cnn", (16, 16, 3), 4, 8), "/tmp/unused",
+                                           settings=settings)
+        return caps, profile
+
+    with_opening, profile = phase_caps(10.0)
+    without, without_profile = phase_caps(0.0)
+    assert with_opening[0] == ("opening", 75) and with_opening[1:] == without
+    assert [what for what, _ in without] == ["a", "b", "c", "a+b+c", "a+b", "b+c", "a"]  # solos, sets, recheck
+    assert profile.pretrain_steps == without_profile.pretrain_steps + 75    # counted toward the job

@@ -8,8 +8,9 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    device and the PS, launched once at the first run and kept up across the phase's runs
    (:meth:`_Phase.shared_servers`): each run is a new client whose cluster names its members'
    servers only, and no run waits for its servers to start;
-3. the opening run: every device together, ``opening_s`` seconds past the warm-up (its share of
-   ``max_phase_steps`` at most), not measured — its steps count toward the job like every run's.
+3. the opening run: every device together, ``opening_s`` seconds past the warm-up (a set's share
+   of ``max_phase_steps`` at most, on top of it: the sets' shares stay what the budget leaves past
+   the solo runs), not measured — its steps count toward the job like every run's.
    A worker's first training runs up to a quarter slow for its first 10–20 s and one that trained
    before does not (inception_v3 on three boards, `experiments/step_stamps.py --shared-servers`,
    docs/experiments.md "A worker's climb is its first run's"); without this run each solo run
@@ -343,29 +344,30 @@ class _Phase:
         return result, t0, t1
 
 
-def _opening_run(phase: _Phase, names: Sequence[str], start_steps: int) -> None:
+def _opening_run(phase: _Phase, names: Sequence[str], start_steps: int) -> int:
     """Step 3: train every device of ``names`` with a worker together, ``opening_s`` seconds past
     the warm-up, at most a set's share of the phase's budget; not measured, its steps count toward
-    the job. Skipped with fewer than two devices (a lone device's solo run is the phase) or
-    ``opening_s`` 0. A failed run leaves the solo runs cold, with a warning; a device lost in it
-    is excluded."""
+    the job. Returns the steps it applied (0 without one). Skipped with fewer than two devices (a
+    lone device's solo run is the phase) or ``opening_s`` 0. A failed run leaves the solo runs
+    cold, with a warning; a device lost in it is excluded."""
     settings = phase.settings
     if settings.opening_s <= 0 or len(phase.usable(names)) < 2:
-        return
+        return 0
     cap = settings.set_cap(phase.steps_total - start_steps, settings.max_sets + 1)
     members = phase.usable(names)
     try:
         phase.shared_servers()   # launched first: a device whose worker does not start is left out
         members = phase.usable(names)
         if len(members) < 2:
-            return
+            return 0
         result, _, _ = phase.measure(members, settings.steps_per_run, cap, settings.opening_s, what="opening")
     except HetclusterError as error:
         log.warning("the opening run of %s failed (the solo runs start on cold workers): %s", "+".join(members), error)
         phase.on_event("excluded", {"run": list(members), "reason": str(error)})
-        return
+        return 0
     for name in result.lost_workers:
         phase.exclude(name, "lost during the opening run")
+    return result.steps_applied
 
 
 def _rate_std(result: Any) -> float:
@@ -567,7 +569,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
         phase.on_event("idle", {"idle_power_w": dict(idle_w)})
         class_of = device_classes(inventory, available)
-        _opening_run(phase, available, start_steps)
+        opening_steps = _opening_run(phase, available, start_steps)
         measured: list[DeviceProfile] = []   # the devices measured alone: one per class
         solo_run_steps: dict[str, int] = {}
         for name in available:
@@ -589,7 +591,8 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
             members = tuple(phase.usable(members))
             if len(members) < 2:
                 continue
-            cap = settings.set_cap(phase.steps_total - start_steps + reserved, len(sets) - index)
+            # the opening run's steps are not the sets' to give up: its share comes on top of the budget
+            cap = settings.set_cap(phase.steps_total - start_steps - opening_steps + reserved, len(sets) - index)
             solo_profiles = [by_name[n] for n in members]
             window_s = settings.set_window_s(solo_profiles, cap)
             try:
