@@ -93,8 +93,7 @@ def test_the_opening_run_trains_every_device_whose_worker_started_together_unmea
 
     monkeypatch.setattr(phase, "measure", measure)
     phase.settings = PretrainSettings(steps_per_run=10, warmup_steps=3, max_steps_per_run=16, max_phase_steps=100)
-    phase.steps_total = 40
-    assert _opening_run(phase, ["a", "b", "c"], start_steps=40) == 7   # the steps it applied
+    assert _opening_run(phase, ["a", "b", "c"]) == 7   # the steps it applied
     # c's worker did not start (the launch came first): a and b, for the opening's window, capped at
     # a set's share of the budget (100 steps over 3 sets and the opening: 25)
     assert runs == [(["a", "b"], 10, 25, phase.settings.opening_s, "opening")]
@@ -106,9 +105,9 @@ def test_no_opening_run_for_one_device_or_when_switched_off(phase, monkeypatch):
 
     runs = []
     monkeypatch.setattr(phase, "measure", lambda names, *args, **kwargs: runs.append(names))
-    _opening_run(phase, ["a"], start_steps=0)
+    _opening_run(phase, ["a"])
     phase.settings = PretrainSettings(opening_s=0.0)
-    _opening_run(phase, ["a", "b"], start_steps=0)
+    _opening_run(phase, ["a", "b"])
     assert runs == [] and phase.launches == []
 
 
@@ -120,7 +119,7 @@ def test_a_failed_opening_run_warns_and_the_phase_goes_on(phase, monkeypatch, ca
         raise TrainingError("worker b stopped answering")
 
     monkeypatch.setattr(phase, "measure", measure)
-    _opening_run(phase, ["a", "b"], start_steps=0)
+    _opening_run(phase, ["a", "b"])
     assert "solo runs start on cold workers" in caplog.text
     assert ("excluded", {"run": ["a", "b"], "reason": "worker b stopped answering"}) in phase.events
     assert "a" not in phase.excluded and "b" not in phase.excluded
@@ -132,7 +131,7 @@ def test_a_device_lost_in_the_opening_run_is_excluded(phase, monkeypatch):
     lost = _Result()
     lost.lost_workers = ("b",)
     monkeypatch.setattr(phase, "measure", lambda names, *args, **kwargs: (lost, 0.0, 1.0))
-    _opening_run(phase, ["a", "b"], start_steps=0)
+    _opening_run(phase, ["a", "b"])
     assert phase.excluded["b"] == "lost during the opening run"
 
 

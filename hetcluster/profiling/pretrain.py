@@ -344,7 +344,7 @@ class _Phase:
         return result, t0, t1
 
 
-def _opening_run(phase: _Phase, names: Sequence[str], start_steps: int) -> int:
+def _opening_run(phase: _Phase, names: Sequence[str]) -> int:
     """Step 3: train every device of ``names`` with a worker together, ``opening_s`` seconds past
     the warm-up, at most a set's share of the phase's budget; not measured, its steps count toward
     the job. Returns the steps it applied (0 without one). Skipped with fewer than two devices (a
@@ -353,7 +353,7 @@ def _opening_run(phase: _Phase, names: Sequence[str], start_steps: int) -> int:
     settings = phase.settings
     if settings.opening_s <= 0 or len(phase.usable(names)) < 2:
         return 0
-    cap = settings.set_cap(phase.steps_total - start_steps, settings.max_sets + 1)
+    cap = settings.set_cap(0, settings.max_sets + 1)   # the phase's first run: nothing used yet
     members = phase.usable(names)
     try:
         phase.shared_servers()   # launched first: a device whose worker does not start is left out
@@ -569,7 +569,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
         phase.on_event("idle", {"idle_power_w": dict(idle_w)})
         class_of = device_classes(inventory, available)
-        opening_steps = _opening_run(phase, available, start_steps)
+        opening_steps = _opening_run(phase, available)
         measured: list[DeviceProfile] = []   # the devices measured alone: one per class
         solo_run_steps: dict[str, int] = {}
         for name in available:
