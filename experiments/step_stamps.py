@@ -98,24 +98,26 @@ def read_run(path: Path) -> Any:
 
 
 def run_pretraining_phase(inventory_path: Path, args: argparse.Namespace, out_dir: Path) -> None:
-    """A job's pre-training with the CLI's settings; each run's stamps to pretrain-<k>-<devices>.json."""
+    """A job's pre-training with the CLI's settings; each run's stamps to pretrain-<k>-<devices>.json
+    (the opening run's, not measured, to pretrain-0-<devices>-opening.json)."""
     from hetcluster.inventory import load_inventory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
 
     inventory = load_inventory(inventory_path)
     settings = PretrainSettings.for_job(10, args.warmup_steps, args.pretrain_total_steps,
                                         solo_run_count(inventory, inventory.names))
-    runs: list[tuple[list[str], Any]] = []
+    runs: list[tuple[list[str], Any, str]] = []
 
     def on_event(kind: str, details: dict[str, Any]) -> None:
         if kind == "run_done":
-            runs.append((sorted(details["devices"]), details["result"]))
+            runs.append((sorted(details["devices"]), details["result"], details.get("what", "")))
 
     with tempfile.TemporaryDirectory(prefix="step-stamps-pretrain-") as checkpoint_dir:
         profile = run_pretraining(inventory, _model(args), checkpoint_dir, settings=settings, on_event=on_event)
     write_json(out_dir / "pretrain-profile.json", profile.to_dict())
-    for index, (names, result) in enumerate(runs):
-        write_run(out_dir / f"pretrain-{index}-{'+'.join(names)}.json", result, devices=names)
+    for index, (names, result, what) in enumerate(runs):
+        label = "+".join(names) + (f"-{what}" if what else "")
+        write_run(out_dir / f"pretrain-{index}-{label}.json", result, devices=names)
     for run in profile.runs:
         rates = {n: steps / run.time_s for n, steps in run.per_device_steps.items()}
         print(f"pre-training set {'+'.join(run.devices)}: window {run.time_s:.2f} s, "
