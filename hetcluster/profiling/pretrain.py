@@ -351,10 +351,10 @@ def _opening_run(phase: _Phase, names: Sequence[str]) -> int:
     lone device's solo run is the phase) or ``opening_s`` 0. A failed run leaves the solo runs
     cold, with a warning; a device lost in it is excluded."""
     settings = phase.settings
-    if settings.opening_s <= 0 or len(phase.usable(names)) < 2:
+    members = phase.usable(names)
+    if settings.opening_s <= 0 or len(members) < 2:
         return 0
     cap = settings.set_cap(0, settings.max_sets + 1)   # the phase's first run: nothing used yet
-    members = phase.usable(names)
     try:
         phase.shared_servers()   # launched first: a device whose worker does not start is left out
         members = phase.usable(names)
