@@ -27,6 +27,7 @@ busy_w = 10.0
 [emulation]
 compute_share = 0.25
 cgroup_dir = "/sys/fs/cgroup/hetcluster/dev"
+task_cgroup_procs = ["/sys/fs/cgroup/hetcluster/dev/cgroup.procs", "procs"]
 """
 
 
@@ -44,6 +45,7 @@ def test_full_file_parses_and_resolves_relative_paths(tmp_path: Path):
     assert config.memory_budget_bytes == 4 * 2**30
     assert config.power == {"source": "model", "idle_w": 3.0, "busy_w": 10.0}
     assert config.emulation is not None and config.emulation.compute_share == 0.25
+    assert config.emulation.task_cgroup_procs == (Path("/sys/fs/cgroup/hetcluster/dev/cgroup.procs"), tmp_path / "procs")
     assert config.emulated
 
 
@@ -67,6 +69,8 @@ def test_minimal_token_only_config(tmp_path: Path):
         ({"agent": {"name": "a"}, "auth": {"cert_file": "c"}}, "together"),
         ({"agent": {"name": "a"}, "auth": {"token_file": "t", "client_ca_file": "ca"}}, "mTLS"),
         ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"compute_share": 0}}, "compute_share"),
+        ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": "p"}}, "task_cgroup_procs"),
+        ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": [""]}}, "task_cgroup_procs"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, document, needle):

@@ -67,6 +67,23 @@ def test_a_task_that_fails_reports_its_stderr_tail(tmp_path):
     assert task.pid == info.pid
 
 
+def test_an_emulated_devices_task_joins_its_cgroups_before_it_runs(tmp_path):
+    # cluster up gives an emulated device's agent its cgroup.procs files; plain files stand in
+    # for them here: the wrapper shell writes its PID into each, then execs the server (same PID)
+    procs = [tmp_path / "cpu.procs", tmp_path / "memory.procs"]
+    supervisor = TaskSupervisor(tmp_path / "tasks", cgroup_procs=procs)
+    task = supervisor.start("worker", 0, {"worker": ["127.0.0.1:2222"]}, task_id="joined", protocol="no-such-protocol")
+    info = wait_for(lambda: next((t for t in supervisor.status("joined") if not t.alive), None), 60, "the task to exit")
+    assert [p.read_text().split() for p in procs] == [[str(task.pid)], [str(task.pid)]]
+    assert "no-such-protocol" in info.message  # it went on to run the server itself
+
+    # a join that fails stops the task before the server runs, and says which file
+    blocked = TaskSupervisor(tmp_path / "tasks2", cgroup_procs=[tmp_path / "missing" / "cgroup.procs"])
+    blocked.start("worker", 0, {"worker": ["127.0.0.1:2223"]}, task_id="blocked")
+    info = wait_for(lambda: next((t for t in blocked.status("blocked") if not t.alive), None), 30, "the task to fail")
+    assert info.state == "failed" and "missing/cgroup.procs" in info.message
+
+
 def test_stopping_the_agent_stops_its_tasks(tmp_path, creds):
     server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
     with AgentClient(server.address, token_file=creds.token) as client:

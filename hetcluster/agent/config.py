@@ -23,7 +23,8 @@ config file. The ``[power]`` table is kept as a raw mapping and parsed by
     source = "auto"
     [emulation]
     compute_share = 0.25
-    cgroup_dir = "/sys/fs/cgroup/..."
+    cgroup_dir = "/sys/fs/cgroup/..."     # the device's CPU accounting (the power model reads it)
+    task_cgroup_procs = ["/sys/fs/cgroup/.../cgroup.procs"]  # each TF server joins these before it execs
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ DEVICE_KINDS = ("auto", "cpu", "unified", "discrete-gpu")
 
 _AGENT_KEYS = {"name", "listen", "port_file", "device_kind", "memory_budget_bytes", "tf_host", "state_dir"}
 _AUTH_KEYS = {"token_file", "cert_file", "key_file", "client_ca_file"}
-_EMULATION_KEYS = {"compute_share", "cgroup_dir"}
+_EMULATION_KEYS = {"compute_share", "cgroup_dir", "task_cgroup_procs"}
 _TABLES = {"agent", "auth", "power", "emulation"}
 
 
@@ -99,10 +100,14 @@ class AuthConfig:
 
 @dataclass(frozen=True)
 class EmulationConfig:
-    """Set only for emulated devices: the CPU share the emulator grants this agent's tasks."""
+    """Set only for emulated devices: the CPU share the emulator grants this agent's tasks, the
+    cgroup whose CPU time the power model reads, and the ``cgroup.procs`` files each TF server
+    task joins before it execs (the tasks are the device's work and run inside its quota; the
+    agent itself stays outside, see docs/emulation.md)."""
 
     compute_share: float = 0.0
     cgroup_dir: Path | None = None
+    task_cgroup_procs: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,7 +214,12 @@ class AgentConfig:
                     f"emulation.compute_share must be a positive number of CPU cores, got {share!r}.",
                     hint="e.g. compute_share = 0.25 for a quarter of one core.",
                 )
-            emulation = EmulationConfig(compute_share=float(share), cgroup_dir=_path(emu, "cgroup_dir", "emulation", base))
+            procs = emu.get("task_cgroup_procs", [])
+            if not isinstance(procs, list) or not all(isinstance(p, str) and p.strip() for p in procs):
+                raise ConfigError(f"emulation.task_cgroup_procs must be a list of paths, got {procs!r}.",
+                                  hint='e.g. task_cgroup_procs = ["/sys/fs/cgroup/hetcluster/demo/rpi4/cgroup.procs"].')
+            emulation = EmulationConfig(compute_share=float(share), cgroup_dir=_path(emu, "cgroup_dir", "emulation", base),
+                                        task_cgroup_procs=tuple(_resolve(p, base) for p in procs))
 
         config = cls(
             name=name.strip(),
@@ -284,7 +294,9 @@ def _string(table: Mapping[str, Any], key: str, section: str, default: str) -> s
 
 def _path(table: Mapping[str, Any], key: str, section: str, base: Path) -> Path | None:
     value = _string(table, key, section, "")
-    if not value:
-        return None
+    return _resolve(value, base) if value else None
+
+
+def _resolve(value: str, base: Path) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else (base / path)

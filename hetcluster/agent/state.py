@@ -35,7 +35,8 @@ class AgentState:
         # An emulated device's TF server gets as many TF threads as cores it is granted: a 0.15-core
         # device running two busy threads inside its quota would thrash more than a real slow device.
         threads = math.ceil(config.emulation.compute_share) if config.emulation is not None else 0
-        self.tasks = TaskSupervisor(self.state_dir, tf_threads=threads)
+        cgroup_procs = config.emulation.task_cgroup_procs if config.emulation is not None else ()
+        self.tasks = TaskSupervisor(self.state_dir, tf_threads=threads, cgroup_procs=cgroup_procs)
         self.ports = PortReservations(advertised_host=config.task_host())
         self.stopping = threading.Event()
         self._power_lock = threading.Lock()

@@ -2,6 +2,9 @@
 
 Each task is ``python -m hetcluster.agent.tf_server`` in its own process group, so a stop
 signal reaches the server and anything it spawned, and a Ctrl-C at the agent's terminal does not.
+On an emulated device each server first joins the device's cgroups (``cgroup_procs``, through
+:func:`hetcluster.emulation.slowdown.wrapper_command`: a shell that writes its PID there and execs
+the server, so the PID stays the server's).
 State is derived from the process on every query (poll), so there is no reaper thread to race
 with. Resource use (CPU time, RSS) is summed over the process and its children with psutil.
 """
@@ -19,10 +22,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import psutil
 
 from hetcluster.agent.messages import TaskInfo
+from hetcluster.emulation.slowdown import wrapper_command
 from hetcluster.errors import TaskError
 from hetcluster.tfenv import tf_env
 
@@ -54,10 +59,12 @@ class _Task:
 
 
 class TaskSupervisor:
-    def __init__(self, state_dir: Path, python: str = sys.executable, tf_threads: int = 0) -> None:
+    def __init__(self, state_dir: Path, python: str = sys.executable, tf_threads: int = 0,
+                 cgroup_procs: Sequence[Path] = ()) -> None:
         self._state_dir = state_dir
         self._python = python
         self._tf_threads = tf_threads  # 0 = TensorFlow's default (one per core)
+        self._cgroup_procs = tuple(cgroup_procs)  # an emulated device's cgroups, joined by each server
         self._tasks: dict[str, _Task] = {}
         self._lock = threading.Lock()
 
@@ -76,6 +83,8 @@ class TaskSupervisor:
                 "--job", job_name, "--index", str(task_index), "--protocol", protocol,
                 "--parent-pid", str(os.getpid()), "--threads", str(self._tf_threads),
             ]
+            if self._cgroup_procs:
+                command = wrapper_command(command, self._cgroup_procs)
             env = tf_env(TF_CPP_MIN_LOG_LEVEL="2")   # the server's warnings and errors go to its log
             try:
                 with open(log_path, "wb") as log_file:

@@ -204,6 +204,7 @@ def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, 
     emulation: dict[str, Any] = {"compute_share": profile.compute_share}
     if group is not None:
         emulation["cgroup_dir"] = str(group.accounting_dir)
+        emulation["task_cgroup_procs"] = [str(path) for path in group.procs_files]
     write_config(
         {
             "agent": {
@@ -234,8 +235,10 @@ def agent_command(config_path: str) -> list[str]:
 
 
 def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
-    """Start the agent already inside its cgroups (and namespace): the wrapper joins, then execs."""
-    command = wrapper_command(agent_command(device.config_path), group, prefix)
+    """Start the agent (inside its namespace, if any). It stays outside the device's cgroups: it
+    puts each TF server it starts into them (``[emulation] task_cgroup_procs``), so the quota
+    slows the device's training and not the agent's own gRPC and power sampling."""
+    command = wrapper_command(agent_command(device.config_path), prefix=prefix)
     env = tf_env(TF_CPP_MIN_LOG_LEVEL="2")   # the agent's TF warnings and errors go to its log
     try:
         with open(device.log_path, "ab") as log_file:

@@ -1,8 +1,9 @@
 """Put a process under an emulated device's slowdown: its cgroup quota, or a duty-cycle supervisor.
 
-`cluster up` starts agents already inside their cgroups through ``wrapper_command`` (a shell that
-writes its own PID into each cgroup.procs file and then execs the real program, so no instruction
-runs unslowed and the PID stays the program's). Benchmarks and experiments that must run their
+An emulated device's agent starts each TF server task through ``wrapper_command`` (a shell that
+writes its own PID into each of the device's cgroup.procs files and then execs the server, so no
+instruction of the device's work runs unslowed and the PID stays the server's); the agent itself
+runs outside the quota (docs/emulation.md: "What runs inside the quota"). Benchmarks and experiments that must run their
 own code at a device's speed use ``DeviceSlowdown`` directly: the agent never runs code sent to it.
 """
 
@@ -12,6 +13,7 @@ import logging
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
 from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups, remove_dirs
 from hetcluster.emulation.dutycycle import DutyCycler
@@ -20,9 +22,10 @@ from hetcluster.errors import EmulationError
 log = logging.getLogger(__name__)
 
 
-def wrapper_command(command: list[str], group: DeviceCgroup | None = None, prefix: list[str] | None = None) -> list[str]:
-    """``command`` run inside ``group`` (joined before exec) and behind ``prefix`` (e.g. nsenter)."""
-    joins = "".join(f"echo $$ > {shlex.quote(str(p))} && " for p in (group.procs_files if group else []))
+def wrapper_command(command: list[str], procs_files: Sequence[Path] = (), prefix: list[str] | None = None) -> list[str]:
+    """``command`` run inside the cgroups of ``procs_files`` (joined before exec: a failed join
+    fails the command) and behind ``prefix`` (e.g. nsenter)."""
+    joins = "".join(f"echo $$ > {shlex.quote(str(p))} && " for p in procs_files)
     return ["/bin/sh", "-c", f'{joins}exec "$@"', "hetcluster-launch", *(prefix or []), *command]
 
 
