@@ -159,7 +159,9 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
 
             prefix, sys_visible = exec_prefix(shaped.link(profile.name).netns)
         _write_agent_config(device, profile, host, creds, group if sys_visible else None)
-        process = _launch_agent(device, group, prefix)
+        # an agent that cannot see /sys/fs/cgroup (`ip netns exec`) cannot put its TF servers into
+        # the device's cgroups: it then runs inside them itself, and its servers inherit them
+        process = _launch_agent(device, None if sys_visible else group, prefix)
         device.agent = ProcessRecord.of(process.pid)
         state.save()
         if group is None:
@@ -234,11 +236,12 @@ def agent_command(config_path: str) -> list[str]:
     return [sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", config_path]
 
 
-def _launch_agent(device: DeviceState, group: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
-    """Start the agent (inside its namespace, if any). It stays outside the device's cgroups: it
-    puts each TF server it starts into them (``[emulation] task_cgroup_procs``), so the quota
-    slows the device's training and not the agent's own gRPC and power sampling."""
-    command = wrapper_command(agent_command(device.config_path), prefix=prefix)
+def _launch_agent(device: DeviceState, joined: DeviceCgroup | None, prefix: list[str]) -> subprocess.Popen:
+    """Start the agent (inside its namespace, if any), inside the cgroups ``joined`` only: an agent
+    whose config names the device's cgroups stays outside them and puts each TF server it starts
+    into them (``[emulation] task_cgroup_procs``), so the quota slows the device's training and not
+    the agent's own gRPC and power sampling."""
+    command = wrapper_command(agent_command(device.config_path), joined.procs_files if joined else (), prefix)
     env = tf_env(TF_CPP_MIN_LOG_LEVEL="2")   # the agent's TF warnings and errors go to its log
     try:
         with open(device.log_path, "ab") as log_file:
