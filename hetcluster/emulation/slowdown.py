@@ -3,8 +3,9 @@
 An emulated device's agent starts each TF server task through ``wrapper_command`` (a shell that
 writes its own PID into each of the device's cgroup.procs files and then execs the server, so no
 instruction of the device's work runs unslowed and the PID stays the server's); the agent itself
-runs outside the quota (docs/emulation.md: "What runs inside the quota"). Benchmarks and experiments that must run their
-own code at a device's speed use ``DeviceSlowdown`` directly: the agent never runs code sent to it.
+runs outside the quota (docs/emulation.md: "What runs inside the quota"). Benchmarks and
+experiments that must run their own code at a device's speed use ``DeviceSlowdown`` directly: the
+agent never runs code sent to it.
 """
 
 from __future__ import annotations
