@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,14 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import RESULTS, emulated_fleet, machine_info, write_json  # noqa: E402
 
 
-def run_rate(result: object, warmup_steps: int) -> tuple[float, float]:
-    """Steps per second from the first step past the warm-up to the last, and the mean step's
-    duration on the worker (s)."""
-    steps = sorted(result.step_times, key=lambda step: step[1])[warmup_steps:]
-    if len(steps) < 2:
+def run_rate(result: Any) -> tuple[float, float]:
+    """A solo run's rate past its warm-up as pre-training reads it (``RunResult.steps_per_s``) and
+    its mean step's duration on the worker (s, ``RunResult.step_durations_s``)."""
+    durations = result.step_durations_s()
+    if len(durations) < 2:
         raise SystemExit("error: too few steps past the warm-up; raise --steps.")
-    return (len(steps) / (steps[-1][1] - steps[0][0]),
-            statistics.fmean(end - start for start, end, _ in steps))
+    return result.steps_per_s, statistics.fmean(durations)
 
 
 def condition_means(rows: list[dict]) -> dict[float, list[float]]:
@@ -76,10 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     with emulated_fleet(Path(tempfile.gettempdir()) / "hetcluster-stream-cost", [args.device],
                         name="streamcost") as inventory_path:
-        device = load_inventory(inventory_path).device(args.device)
+        inventory = load_inventory(inventory_path)
+        device = inventory.device(args.device)
         steps_total = 0
         with tempfile.TemporaryDirectory(prefix="stream-cost-") as checkpoint_dir, \
-                launch_cluster([device], load_inventory(inventory_path).parameter_server_host) as shared:
+                launch_cluster([device], inventory.parameter_server_host) as shared:
             for run in range(args.runs):
                 power_hz = args.power_hz if run % 2 else 0.0
                 client = device.client() if power_hz else None
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         recorder.stop()
                         client.close()
                 steps_total = result.steps_total
-                rate, mean_step_s = run_rate(result, args.warmup_steps)
+                rate, mean_step_s = run_rate(result)
                 rows.append({"run": run, "power_hz": power_hz, "steps_per_s": rate, "mean_step_s": mean_step_s})
                 print(f"run {run}: {'%g Hz stream' % power_hz if power_hz else 'no stream':<14} "
                       f"{rate:.3f} steps/s, mean step {1000 * mean_step_s:.0f} ms", flush=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -12,14 +11,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
 import stream_cost  # noqa: E402
 
+from hetcluster.training.spec import RunResult  # noqa: E402
+
 
 def test_rate_counts_from_the_first_step_past_the_warmup():
     # two warm-up steps (slow), then four steps of 0.5 s back to back from t = 3
     stamps = [(0.0, 2.0, "w"), (2.0, 3.0, "w")] + [(3.0 + 0.5 * k, 3.5 + 0.5 * k, "w") for k in range(4)]
-    rate, mean_step_s = stream_cost.run_rate(SimpleNamespace(step_times=list(reversed(stamps))), 2)
+    rate, mean_step_s = stream_cost.run_rate(_result(stamps, 2))
     assert rate == pytest.approx(2.0) and mean_step_s == pytest.approx(0.5)
     with pytest.raises(SystemExit, match="too few steps"):
-        stream_cost.run_rate(SimpleNamespace(step_times=stamps[:3]), 2)
+        stream_cost.run_rate(_result(stamps[:3], 2))
+
+
+def _result(stamps: list[tuple[float, float, str]], warmup_steps: int) -> RunResult:
+    return RunResult(steps_applied=len(stamps), steps_total=len(stamps), steps_restored=0,
+                     steps_per_worker={"w": len(stamps)}, time_s=stamps[-1][1], start_wall_s=0.0,
+                     end_wall_s=stamps[-1][1], step_times=stamps, final_loss=None, lost_workers=[],
+                     checkpoint_path=None, warmup_steps=warmup_steps)
 
 
 def test_the_cold_first_run_is_left_out_of_both_conditions():
