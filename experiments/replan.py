@@ -8,10 +8,12 @@ before/after for a change to the model, and ablations: --without-startup plans a
 pre-training had not measured each device's start-up, --without-startup-power as if it had
 measured the start-up's duration but not its power (priced at training power, as before),
 --without-sets as if pre-training had run each device alone and no calibration set (no contention
-fitted: a configuration's rate is the sum of its members' solo rates, its power the sum of theirs).
+fitted: a configuration's rate is the sum of its members' solo rates, its power the sum of theirs),
+--without-rate-revision with the sets but each device's solo rate as its window read it, not
+revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 
-    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets]
-    .venv/bin/python experiments/replan.py --all-repeated [--without-sets]   # the headline over every repeated truth
+    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
+    .venv/bin/python experiments/replan.py --all-repeated [--without-sets | --without-rate-revision]   # the headline over every repeated truth
 
 DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
@@ -40,6 +42,7 @@ ABLATIONS = {  # what each ablation clears in the recorded device measurements
     "startup": {"startup_s": 0.0, "first_step_s": 0.0, "startup_power_w": 0.0},
     "startup-power": {"startup_power_w": 0.0},
     "sets": {},  # and every multi-device run (replan drops them)
+    "rate-revision": {},  # the solo windows as measured, not revised by the sets (planner/solo_rates.py)
 }
 
 
@@ -48,7 +51,7 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
     same measurements (less what the ablation `without` clears: a key of ABLATIONS)."""
     from hetcluster.cli.cmd_evaluate import evaluation_dict, plans_by_objective
     from hetcluster.evaluation.scoring import ConfigurationResult
-    from hetcluster.planner import plan
+    from hetcluster.planner import FittedModels, plan
     from hetcluster.profiling.profile import Profile, to_planner_inputs
     from hetcluster.training.report import JobMetrics
 
@@ -58,7 +61,8 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
         devices = [dataclasses.replace(d, **ABLATIONS[without]) for d in devices]
     if without == "sets":
         runs = []
-    table = plan(devices, runs, job, "edp", ()).table
+    models = FittedModels.fit(devices, runs, job, revise_rates=without != "rate-revision")
+    table = plan(devices, runs, job, "edp", (), models=models).table
     predicted = {frozenset(row["devices"]): JobMetrics.from_mapping(row) for row in table.to_dict("records")}
     results = []
     for config in evaluation["configurations"]:
@@ -146,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="price the start-up at training power, as before it was measured (ablation)")
     ablation.add_argument("--without-sets", dest="without", action="store_const", const="sets",
                           help="plan from the solo runs alone, no calibration set (ablation)")
+    ablation.add_argument("--without-rate-revision", dest="without", action="store_const", const="rate-revision",
+                          help="keep the solo windows' rates, not revised by the sets (ablation)")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)

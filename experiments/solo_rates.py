@@ -23,6 +23,7 @@ No training: it reads the recordings and re-fits the planner on each profile.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def steady_rate(run: dict[str, Any], device: str, remaining_steps: int, startup_
 
 
 def report(raw: Path) -> dict[str, Any]:
-    from hetcluster.planner import plan
+    from hetcluster.planner import FittedModels, plan
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
     data = read_json(raw)
@@ -62,7 +63,11 @@ def report(raw: Path) -> dict[str, Any]:
     profile = Profile.from_dict(data["profile"])
     remaining = total - profile.pretrain_steps
     runs = {frozenset(c["devices"]): c.get("runs") or [] for c in data["configurations"]}
-    lines, errors, window_steps = [], {}, {}
+    devices, planner_runs, job = to_planner_inputs(profile, total)
+    models = FittedModels.fit(devices, planner_runs, job)
+    units = models.throughput.measured_units()
+    revised = dict(zip(units.labels, units.rate_steps_per_s)) if not units.is_classes else {}
+    lines, errors, window_steps, spreads = [], {}, {}, []
     for device in profile.devices:
         windows = device.solo_rates_steps_per_s or [device.steps_per_s]
         trained = [steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])]
@@ -72,12 +77,15 @@ def report(raw: Path) -> dict[str, Any]:
         errors[device.name] = device.steps_per_s / mean - 1
         if all(measured for _, measured in trained):  # the summary leaves estimated rates out
             window_steps[device.name] = device.steps
+            if len(trained) >= 2 and device.name in revised:
+                spreads.append((math.log(device.steps_per_s / mean), math.log(revised[device.name] / mean),
+                                math.log(trained[0][0] / trained[1][0])))
         lines.append(f"  {device.name:14s} solo {' / '.join(f'{w:.2f}' for w in windows)}"
                      f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
                      f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
-                     f"  pre-training off by {errors[device.name]:+.0%}")
-    devices, planner_runs, job = to_planner_inputs(profile, total)
-    table = plan(devices, planner_runs, job, "edp", ()).table
+                     f"  pre-training off by {errors[device.name]:+.0%}"
+                     + (f" (revised by the sets {revised[device.name] / mean - 1:+.0%})" if device.name in revised else ""))
+    table = plan(devices, planner_runs, job, "edp", (), models=models).table
     predicted = {frozenset(row["devices"]): row["steps_per_s"] for row in table.to_dict("records")}
     fastest = max(profile.devices, key=lambda d: d.steps_per_s)
     alone = runs.get(frozenset([fastest.name]), [])
@@ -103,7 +111,7 @@ def report(raw: Path) -> dict[str, Any]:
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
-            "ratio_errors": ratios, "others": others, "best_pair": best_pair}
+            "ratio_errors": ratios, "others": others, "best_pair": best_pair, "spreads": spreads}
 
 
 def _best_pair_gain(configurations: list[dict[str, Any]], table, fastest: str) -> tuple[str, float, float] | None:
@@ -147,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(faster)} of {len(gains)}, predicted faster in {sum(g[2] < 0 for g in faster)} of those and in "
               f"{sum(g[2] < 0 <= g[1] for g in gains)} where it was not; predicted minus trained: mean "
               f"{100 * statistics.fmean(differences):+.2f} points, median {100 * statistics.median(differences):+.2f}")
+    spreads = [s for r in reports for s in r["spreads"]]
+    if spreads:
+        window, revised, rounds = (math.sqrt(statistics.fmean(s[k] ** 2 for s in spreads)) for k in range(3))
+        print(f"solo rates against the mean of the device's trainings alone, RMS log-error over {len(spreads)} devices: "
+              f"the window {window:.3f}, revised by the sets {revised:.3f} "
+              f"({sum(abs(s[0]) >= 0.10 for s in spreads)} and {sum(abs(s[1]) >= 0.10 for s in spreads)} off by 10 % or more); "
+              f"one training against the other {rounds:.3f} (the run-to-run spread: {rounds / math.sqrt(2):.3f} per run, "
+              f"so one run read as well as a training would be {rounds / math.sqrt(2) * math.sqrt(1.5):.3f} off the mean of two)")
     others = [o for r in reports for o in r["others"]]
     for short in (True, False):
         chosen = [o for o in others if (o[0] <= FEW_WINDOW_STEPS) == short]

@@ -30,27 +30,39 @@ def _predicted(evaluation: dict) -> dict[frozenset, float]:
 
 
 def test_without_sets_keeps_solo_predictions_and_changes_the_multi_device_ones(recorded) -> None:
-    """Without sets a configuration trains at its members' solo rates' sum; with them, the same
-    prediction exactly where the fitted R(S) is capped at that sum (here 9 of the 26, all without
-    the server: the regression puts them at or above it), and a different one wherever the sets
-    found contention."""
-    from hetcluster.planner import plan
+    """Without sets a configuration trains at its members' solo rates' sum; with them and the solo
+    windows as read (no revision), the same prediction exactly where the fitted R(S) is capped at
+    that sum (here 9 of the 26, all without the server: the regression puts them at or above it),
+    and a different one wherever the sets found contention."""
+    from hetcluster.planner import FittedModels, plan
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
-    with_sets = replan.replan(recorded, 2000)
+    as_read = replan.replan(recorded, 2000, without="rate-revision")
     without = replan.replan(recorded, 2000, without="sets")
-    before, after = _predicted(with_sets), _predicted(without)
+    before, after = _predicted(as_read), _predicted(without)
     solo = [k for k in before if len(k) == 1]
     multi = [k for k in before if len(k) > 1]
     assert len(solo) == 5 and len(multi) == 26
-    assert all(after[k] == pytest.approx(before[k], rel=1e-12) for k in solo)   # no set enters a solo prediction
-    table = plan(*to_planner_inputs(Profile.from_dict(recorded["profile"]), 2000), "edp", ()).table
+    assert all(after[k] == pytest.approx(before[k], rel=1e-12) for k in solo)   # no set enters a solo window
+    inputs = to_planner_inputs(Profile.from_dict(recorded["profile"]), 2000)
+    table = plan(*inputs, "edp", (), models=FittedModels.fit(*inputs, revise_rates=False)).table
     at_solo_sum = {frozenset(row["devices"]): row["steps_per_s"] >= row["demand_steps_per_s"] * (1 - 1e-12)
                    for row in table.to_dict("records")}
     moved = {k for k in multi if after[k] != pytest.approx(before[k], rel=1e-6)}
     assert moved == {k for k in multi if not at_solo_sum[k]}
     assert len(moved) > len(multi) / 2
-    assert [c["measured"] for c in without["configurations"]] == [c["measured"] for c in with_sets["configurations"]]
+    assert [c["measured"] for c in without["configurations"]] == [c["measured"] for c in as_read["configurations"]]
+
+
+def test_the_sets_revise_the_solo_predictions_of_the_devices_they_measured(recorded) -> None:
+    """With the revision (the default) a device's solo prediction moves where the sets measured
+    it, and the ablation --without-rate-revision gives the solo windows' predictions back."""
+    revised, as_read = _predicted(replan.replan(recorded, 2000)), _predicted(replan.replan(recorded, 2000, without="rate-revision"))
+    measured_in_sets = {n for r in recorded["profile"]["runs"] if len(r["devices"]) > 1 for n in r.get("per_device_steps", {})}
+    solo = [k for k in revised if len(k) == 1]
+    assert measured_in_sets and {next(iter(k)) for k in solo} >= measured_in_sets
+    assert any(revised[k] != pytest.approx(as_read[k], rel=1e-3) for k in solo)
+    assert all(revised[k] == pytest.approx(as_read[k], rel=1e-12) for k in solo if not k & measured_in_sets)
 
 
 def test_repeated_truth_is_scored_for_separation(recorded) -> None:

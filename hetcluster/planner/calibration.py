@@ -119,6 +119,13 @@ def capped_correction(regression, weights: np.ndarray, units: Units, analytic_st
     return np.minimum(factor, weights @ units.rate_steps_per_s / np.maximum(analytic_steps_per_s, 1e-300))
 
 
+def member_rates(data: RunData, rate: np.ndarray, model) -> np.ndarray:
+    """Each recorded member's rate x_i = u_i·r_i in its run (aligned with data.dev_rates), under a
+    Contention or a BIC mixture ((weight, Contention), ...), whose predictions are averaged."""
+    parts = ((1.0, model),) if isinstance(model, Contention) else model
+    return sum(w * utilisation(data.weights, rate, m)[data.dev_rows, data.dev_units] for w, m in parts) * rate[data.dev_units]
+
+
 def predict_runs(data: RunData, units: Units, model: Contention, regression=None) -> np.ndarray:
     pred = solve(data.weights, units, model).steps_per_s
     if regression is not None:  # as ThroughputModel predicts
@@ -167,8 +174,7 @@ def loo_error(data: RunData, units: Units, family: str, with_kappa: bool, with_r
         regression = fit_regression(train, units, model) if with_regression else None
         err = float(np.log(predict_runs(held, units, model, regression)[0]) - np.log(held.measured[0])) ** 2
         if per_device and held.dev_rows.size:
-            U = utilisation(held.weights, units.rate_steps_per_s, model)
-            x_pred = U[held.dev_rows, held.dev_units] * units.rate_steps_per_s[held.dev_units]
+            x_pred = member_rates(held, units.rate_steps_per_s, model)
             err += 0.5 * float(np.mean((np.log(x_pred) - np.log(held.dev_rates)) ** 2))
         errors.append(err)
     return float(np.sqrt(np.mean(errors))) if errors else float("nan")
@@ -181,7 +187,7 @@ def selection_score(data: RunData, units: Units, family: str, with_kappa: bool) 
     U = utilisation(data.weights, units.rate_steps_per_s, model)
     resid = [np.log((data.weights * U) @ units.rate_steps_per_s) - np.log(data.measured)]
     if data.dev_rows.size:
-        resid.append(np.log(U[data.dev_rows, data.dev_units] * units.rate_steps_per_s[data.dev_units]) - np.log(data.dev_rates))
+        resid.append(np.log(member_rates(data, units.rate_steps_per_s, model)) - np.log(data.dev_rates))
     r = np.concatenate(resid)
     n_obs = r.size
     sse = max(float(np.sum(r ** 2)), n_obs * 1e-6)  # 0.1 % noise floor: exact fits do not win by luck

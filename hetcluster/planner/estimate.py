@@ -51,6 +51,7 @@ from hetcluster.planner.configurations import (
 from hetcluster.planner.fleet import Units
 from hetcluster.planner.inputs import JobSpec, usable_runs, validate_inputs
 from hetcluster.planner.power import PowerModel
+from hetcluster.planner.solo_rates import revise_solo_rates
 from hetcluster.planner.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,17 @@ class FittedModels:
     job: JobSpec
 
     @classmethod
-    def fit(cls, devices, runs, job: JobSpec, *, use_regression: bool | None = None) -> "FittedModels":
+    def fit(cls, devices, runs, job: JobSpec, *, use_regression: bool | None = None,
+            revise_rates: bool = True) -> "FittedModels":
+        """revise_rates: revise the solo rates by the sets' measurements of each member
+        (solo_rates.py) and fit the contention again on them; False keeps the solo windows."""
         devices = tuple(devices)
         validate_inputs(devices, (), job)
         runs = usable_runs(devices, runs)
         throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
+        if revise_rates and throughput.n_calibration_runs:
+            devices = revise_solo_rates(devices, runs, throughput)
+            throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
         return cls(throughput, PowerModel.fit(throughput, runs), job)
 
 
