@@ -15,7 +15,8 @@ The model
 Per device i, pre-training measures the solo throughput r_i (applied steps/s), busy power P_i and
 idle power p_i. Training runs every member of S under one memory plan, the tightest member's, so
 every r_i of S is divided by m(S) = max_{j∈S} m_j, the largest of the members' plan step-time
-multipliers (1 where plain TensorFlow fits; fleet.py).
+multipliers (1 where plain TensorFlow fits; fleet.py). Each r_i is the solo window revised by what
+the calibration sets measured of that device, the window as a prior (solo_rates.py).
 
 Throughput (asynchronous parameter server: every worker pulls variables, computes, pushes
 gradients at its own pace, so fast workers take more steps; they all share the parameter server,
