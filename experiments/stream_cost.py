@@ -38,7 +38,7 @@ def run_rate(result: Any) -> tuple[float, float]:
     return result.steps_per_s, statistics.fmean(durations)
 
 
-def condition_means(rows: list[dict]) -> dict[float, list[float]]:
+def rates_by_condition(rows: list[dict]) -> dict[float, list[float]]:
     """Each power rate's run rates, the first run (cold worker) left out."""
     by_rate: dict[float, list[float]] = {}
     for row in rows[1:]:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {run}: {'%g Hz stream' % power_hz if power_hz else 'no stream':<14} "
                       f"{rate:.3f} steps/s, mean step {1000 * mean_step_s:.0f} ms", flush=True)
     write_json(out_dir / "rows.json", rows)
-    for power_hz, rates in sorted(condition_means(rows).items()):
+    for power_hz, rates in sorted(rates_by_condition(rows).items()):
         print(f"{'%g Hz stream' % power_hz if power_hz else 'no stream':<14} mean {statistics.fmean(rates):.3f} "
               f"steps/s over {len(rates)} runs (min {min(rates):.3f}, max {max(rates):.3f}), first run left out")
     return 0

@@ -33,7 +33,7 @@ def _result(stamps: list[tuple[float, float, str]], warmup_steps: int) -> RunRes
 def test_the_cold_first_run_is_left_out_of_both_conditions():
     rows = [{"power_hz": 0.0, "steps_per_s": 9.0}, {"power_hz": 10.0, "steps_per_s": 1.0},
             {"power_hz": 0.0, "steps_per_s": 2.0}, {"power_hz": 10.0, "steps_per_s": 3.0}]
-    assert stream_cost.condition_means(rows) == {10.0: [1.0, 3.0], 0.0: [2.0]}
+    assert stream_cost.rates_by_condition(rows) == {10.0: [1.0, 3.0], 0.0: [2.0]}
 
 
 @pytest.mark.parametrize("argv", [["--runs", "2"], ["--steps", "4"], ["--power-hz", "0"]])

@@ -80,8 +80,9 @@ class FittedModels:
         runs = usable_runs(devices, runs)
         throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
         if revise_rates and throughput.n_calibration_runs:
-            devices = revise_solo_rates(devices, runs, throughput)
-            throughput = ThroughputModel.fit(devices, runs, use_regression=use_regression)
+            revised = revise_solo_rates(devices, runs, throughput)
+            if revised != devices:   # no set measured a member: the fit stands
+                throughput = ThroughputModel.fit(revised, runs, use_regression=use_regression)
         return cls(throughput, PowerModel.fit(throughput, runs), job)
 
 
