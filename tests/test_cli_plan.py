@@ -99,3 +99,21 @@ def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
                         workdir=tmp_path / "work", profile=PROFILE, deadline=None, max_power=None, max_energy=None,
                         require=None, exclude=None, device_kind=None, console=make_console(), fleet=fleet)
     assert set(planned.plan.chosen) <= set(DEVICES)
+
+
+def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
+    """The planner revises a device's solo rate by what the calibration sets measured of it
+    (planner/solo_rates.py); the user sees which, from what window rate to what rate."""
+    from hetcluster.cli.plan_output import REVISION_SHOWN_FROM
+    from hetcluster.planner import FittedModels
+    from hetcluster.profiling.profile import load_profile, to_planner_inputs
+
+    devices, runs, job = to_planner_inputs(load_profile(PROFILE), 3000)
+    used = FittedModels.fit(devices, runs, job).throughput.devices
+    revised = [d.name for d, u in zip(devices, used) if abs(u.steps_per_s / d.steps_per_s - 1) >= REVISION_SHOWN_FROM]
+    assert revised, "the recorded profile's sets should revise a solo rate"
+    result = plan(inventory, "--objective", "edp")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("solo rates revised")]
+    assert len(lines) == 1
+    assert {d.name for d in devices if f" {d.name} " in lines[0]} == set(revised)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table
+from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table, revision_line
 from hetcluster.planner import Deadline, DeviceMeasurement, JobSpec, choose, estimate
 
 FLEET = (
@@ -94,3 +94,24 @@ def test_near_ties_are_the_feasible_configurations_within_the_chosen_uncertainty
     console = Console(file=io.StringIO(), width=200)
     print_table(_time_plan(5.0), console=console)
     assert "near-tie" not in console.file.getvalue() and plan_to_dict(_time_plan(5.0))["near_ties"] == []
+
+
+def test_revision_line_names_each_revised_device_with_its_window_and_used_rate():
+    from dataclasses import replace
+
+    revised = (replace(FLEET[0], steps_per_s=10.0001), replace(FLEET[1], steps_per_s=5.5), replace(FLEET[2], steps_per_s=1.9))
+    line = revision_line(FLEET, revised)
+    assert "B 5 → 5.5 steps/s (+10.0%)" in line and "C 2 → 1.9 steps/s (-5.0%)" in line
+    assert "A " not in line   # +0.001 %: too small to name
+    assert revision_line(FLEET, FLEET) is None
+
+
+def test_revision_line_names_identical_devices_once_and_stops_at_the_shown_count():
+    from dataclasses import replace
+
+    fleet = tuple(DeviceMeasurement(f"pi-{i}", 2.0, 10.0, 4.0) for i in range(5)) + tuple(
+        DeviceMeasurement(f"nano-{i}", 3.0 + i, 10.0, 4.0) for i in range(4))
+    revised = tuple(replace(d, steps_per_s=d.steps_per_s * 1.1) for d in fleet)
+    line = revision_line(fleet, revised, shown=3)
+    assert "pi-0 (and 4 alike) 2 → 2.2 steps/s" in line
+    assert line.count("steps/s (") == 3 and line.endswith("and 2 more")

@@ -89,7 +89,14 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")
     devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, budgets)
-    return PlannedJob(make(devices, runs, job, objective, constraints), measured, spec, source, budgets)
+    from hetcluster.cli.plan_output import revision_line
+    from hetcluster.planner import FittedModels
+
+    models = FittedModels.fit(devices, runs, job)
+    line = revision_line(devices, models.throughput.devices)
+    if line:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return PlannedJob(make(devices, runs, job, objective, constraints, models=models), measured, spec, source, budgets)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,8 @@ import pandas as pd
 FORMATS = ("table", "json", "csv")
 DEFAULT_TOP_ROWS = 20
 JSON_MAX_ROWS = 5000
+REVISIONS_SHOWN = 8
+REVISION_SHOWN_FROM = 0.001   # a relative change smaller than this reads +0.0 % and is not named
 
 _COLUMNS = ("devices", "n_workers", "steps_per_s", "steps_per_s_std", "time_s", "time_s_std", "power_w", "power_w_std",
             "energy_j", "energy_j_std", "edp_js", "edp_js_std", "memory_fits", "feasible", "chosen")
@@ -78,6 +80,24 @@ def near_ties_line(plan) -> str | None:
     listed = ", ".join(f"{_devices_label(tie, 40, '+')} {tie['relative_difference']:+.1%}" for _, tie in ties.iterrows())
     return (f"near-tie: within the chosen prediction's ±{relative:.1%} by {objective.name}: {listed} — "
             "pre-training cannot tell these apart from the choice")
+
+
+def revision_line(measured, revised, shown: int = REVISIONS_SHOWN) -> str | None:
+    """One line naming the devices whose solo rate the calibration sets revised (planner/solo_rates.py):
+    ``measured`` the DeviceMeasurements as pre-training read them, ``revised`` as the planner uses
+    them, in the same order. Identical devices revised alike are named once with their count; a
+    change under REVISION_SHOWN_FROM is left out."""
+    changed: dict[tuple[float, float], list[str]] = {}
+    for before, after in zip(measured, revised):
+        if abs(after.steps_per_s / before.steps_per_s - 1.0) >= REVISION_SHOWN_FROM:
+            changed.setdefault((before.steps_per_s, after.steps_per_s), []).append(before.name)
+    if not changed:
+        return None
+    parts = [f"{names[0] if len(names) == 1 else f'{names[0]} (and {len(names) - 1} alike)'} "
+             f"{old:.3g} → {new:.3g} steps/s ({new / old - 1:+.1%})" for (old, new), names in changed.items()]
+    more = f", and {len(parts) - shown} more" if len(parts) > shown else ""
+    return ("solo rates revised by what the calibration sets measured of each device (window → used): "
+            + ", ".join(parts[:shown]) + more)
 
 
 def print_table(plan, top: int = DEFAULT_TOP_ROWS, console=None) -> None:
