@@ -169,6 +169,54 @@ def test_up_status_down_shaped(tmp_path):
         _down_and_check(state_dir, records, cgroup_dirs, netns)
 
 
+@pytest.mark.slow
+@pytest.mark.root
+def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monkeypatch):
+    """Where nsenter is missing the agent starts through `ip netns exec`, which hides
+    /sys/fs/cgroup from it: the cluster then starts the agent inside the device's cgroups (its TF
+    servers inherit them) instead of telling it to move its servers in."""
+    import shutil
+
+    from hetcluster.emulation import netns as netns_module
+    from hetcluster.emulation.catalog import load_catalog
+    from hetcluster.emulation.cluster import cluster_down, cluster_up
+
+    if os.geteuid() != 0:
+        pytest.skip("shaped networking needs root")
+    which = shutil.which
+    monkeypatch.setattr(netns_module.shutil, "which", lambda name, *a, **k: None if name == "nsenter" else which(name, *a, **k))
+    assert netns_module.exec_prefix("x")[0][:3] == ["ip", "netns", "exec"]
+    catalog = tmp_path / "fast.toml"
+    catalog.write_text("[profiles.fast]\ncompute_share = 0.6\nmemory_budget_bytes = 2147483648\nidle_w = 1.0\n"
+                       "busy_w = 2.0\nlink_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1.0\n")
+    state_dir = tmp_path / "state"
+    inventory = cluster_up(load_catalog(catalog).select(["fast"]), tmp_path / "cluster.toml", network="shaped",
+                           state_dir=state_dir, name=f"t{os.getpid() % 100000}-nons")
+    state, records, cgroup_dirs, netns = _recorded(state_dir)
+    try:
+        if not cgroup_dirs:
+            pytest.skip("no writable cgroups here: the devices are duty-cycled")
+        device = state.devices[0]
+        members = lambda: {int(pid) for d in {device.cgroup["cpu_dir"], device.cgroup["accounting_dir"]}
+                           for pid in (Path(d) / "cgroup.procs").read_text().split()}
+        assert device.agent.pid in members()
+        assert "task_cgroup_procs" not in Path(device.config_path).read_text()   # it cannot see them
+        with inventory.device("fast").client(timeout_s=60.0) as agent:
+            address = agent.reserve_port()
+            task = agent.start_task("worker", 0, {"worker": [address]})
+            records.append(ProcessRecord.of(task.pid))
+            deadline = time.monotonic() + 90
+            while agent.task_status(task.task_id)[0].state == "starting" and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert agent.task_status(task.task_id)[0].state == "running"
+            assert task.pid in members()          # the server inherited the device's cgroups
+            host, port = address.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
+    finally:
+        cluster_down(state_dir)
+        _assert_nothing_left(records, cgroup_dirs, netns, state_dir)
+
+
 def test_oversubscribed_fleet_is_refused_before_starting_anything(tmp_path):
     result, state_dir, inventory = _up(tmp_path, "server,jetson-xavier,jetson-tx2,jetson-nano,rpi4")
     assert result.returncode != 0

@@ -62,7 +62,20 @@ def test_the_sets_revise_the_solo_predictions_of_the_devices_they_measured(recor
     solo = [k for k in revised if len(k) == 1]
     assert measured_in_sets and {next(iter(k)) for k in solo} >= measured_in_sets
     assert any(revised[k] != pytest.approx(as_read[k], rel=1e-3) for k in solo)
-    assert all(revised[k] == pytest.approx(as_read[k], rel=1e-12) for k in solo if not k & measured_in_sets)
+
+
+def test_a_device_no_set_measured_keeps_its_solo_prediction(recorded) -> None:
+    """The recording with its one two-device set only (server + jetson-xavier): the three boards
+    no set measured keep their windows' solo predictions under the revision."""
+    import copy
+
+    trimmed = copy.deepcopy(recorded)
+    trimmed["profile"]["runs"] = [r for r in trimmed["profile"]["runs"] if len(r["devices"]) < 3]
+    assert [r["devices"] for r in trimmed["profile"]["runs"] if len(r["devices"]) > 1] == [["server", "jetson-xavier"]]
+    revised = _predicted(replan.replan(trimmed, 2000))
+    as_read = _predicted(replan.replan(trimmed, 2000, without="rate-revision"))
+    unmeasured = [frozenset({name}) for name in ("jetson-nano", "phone", "rpi4")]
+    assert all(revised[k] == pytest.approx(as_read[k], rel=1e-12) for k in unmeasured)
 
 
 def test_repeated_truth_is_scored_for_separation(recorded) -> None:
