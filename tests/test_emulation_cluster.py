@@ -197,8 +197,11 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
         if not cgroup_dirs:
             pytest.skip("no writable cgroups here: the devices are duty-cycled")
         device = state.devices[0]
-        members = lambda: {int(pid) for d in {device.cgroup["cpu_dir"], device.cgroup["accounting_dir"]}
-                           for pid in (Path(d) / "cgroup.procs").read_text().split()}
+
+        def members() -> set[int]:   # the processes in the device's cpu and accounting cgroups
+            return {int(pid) for d in {device.cgroup["cpu_dir"], device.cgroup["accounting_dir"]}
+                    for pid in (Path(d) / "cgroup.procs").read_text().split()}
+
         assert device.agent.pid in members()
         assert "task_cgroup_procs" not in Path(device.config_path).read_text()   # it cannot see them
         with inventory.device("fast").client(timeout_s=60.0) as agent:
