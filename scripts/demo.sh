@@ -28,7 +28,7 @@ hetcluster plan --objective edp "${job[@]}" --workdir "$out/job" --plot "$out/pa
 echo "== 3. the same profile under every objective"
 for objective in time power energy edp; do
   hetcluster plan --objective "$objective" "${job[@]}" --profile "$out/job/profile.json" --format json \
-    > "$out/plan-$objective.json"
+    > "$out/plan-$objective.json" 2> >(grep -v '^solo rates revised' >&2)   # step 2 printed it
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"  {d['objective']:>6}: {'+'.join(d['chosen'])}\")" \
     "$out/plan-$objective.json"
 done

@@ -131,15 +131,32 @@ def test_up_down_with_duty_cycling(tmp_path):
         _down_and_check(state_dir, records, cgroup_dirs, netns)
 
 
+def _fast_catalog(tmp_path: Path) -> Path:
+    """A quicker device than the catalog's, so its TF server starts in seconds."""
+    catalog = tmp_path / "fast.toml"
+    catalog.write_text("[profiles.fast]\ncompute_share = 0.6\nmemory_budget_bytes = 2147483648\nidle_w = 1.0\n"
+                       "busy_w = 2.0\nlink_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1.0\n")
+    return catalog
+
+
+def _running_worker(agent, records) -> tuple[object, str]:
+    """(task, address) of a TF worker the agent started and reports running (its process recorded)."""
+    address = agent.reserve_port()
+    task = agent.start_task("worker", 0, {"worker": [address]})
+    records.append(ProcessRecord.of(task.pid))
+    deadline = time.monotonic() + 90
+    while agent.task_status(task.task_id)[0].state == "starting" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert agent.task_status(task.task_id)[0].state == "running"
+    return task, address
+
+
 @pytest.mark.slow
 @pytest.mark.root
 def test_up_status_down_shaped(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("shaped networking needs root")
-    catalog = tmp_path / "fast.toml"  # a quicker device, so its TF server starts in seconds
-    catalog.write_text("[profiles.fast]\ncompute_share = 0.6\nmemory_budget_bytes = 2147483648\nidle_w = 1.0\n"
-                       "busy_w = 2.0\nlink_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1.0\n")
-    result, state_dir, inventory_path = _up(tmp_path, "fast,phone", "--network", "shaped", "--catalog", str(catalog))
+    result, state_dir, inventory_path = _up(tmp_path, "fast,phone", "--network", "shaped", "--catalog", str(_fast_catalog(tmp_path)))
     assert result.returncode == 0, result.stderr
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
@@ -155,14 +172,8 @@ def test_up_status_down_shaped(tmp_path):
 
         # A TF server started by the agent listens on the namespace address, reachable from the host.
         with inventory.device("fast").client(timeout_s=60.0) as agent:
-            address = agent.reserve_port()
+            _, address = _running_worker(agent, records)
             assert address.startswith(inventory.device("fast").host + ":")
-            task = agent.start_task("worker", 0, {"worker": [address]})
-            records.append(ProcessRecord.of(task.pid))
-            deadline = time.monotonic() + 90
-            while agent.task_status(task.task_id)[0].state == "starting" and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert agent.task_status(task.task_id)[0].state == "running"
             host, port = address.rsplit(":", 1)
             socket.create_connection((host, int(port)), timeout=5).close()
     finally:
@@ -186,11 +197,8 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
     which = shutil.which
     monkeypatch.setattr(netns_module.shutil, "which", lambda name, *a, **k: None if name == "nsenter" else which(name, *a, **k))
     assert netns_module.exec_prefix("x")[0][:3] == ["ip", "netns", "exec"]
-    catalog = tmp_path / "fast.toml"
-    catalog.write_text("[profiles.fast]\ncompute_share = 0.6\nmemory_budget_bytes = 2147483648\nidle_w = 1.0\n"
-                       "busy_w = 2.0\nlink_bandwidth_mbit_per_s = 100\nlink_latency_ms = 1.0\n")
     state_dir = tmp_path / "state"
-    inventory = cluster_up(load_catalog(catalog).select(["fast"]), tmp_path / "cluster.toml", network="shaped",
+    inventory = cluster_up(load_catalog(_fast_catalog(tmp_path)).select(["fast"]), tmp_path / "cluster.toml", network="shaped",
                            state_dir=state_dir, name=f"t{os.getpid() % 100000}-nons")
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
@@ -205,13 +213,7 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
         assert device.agent.pid in members()
         assert "task_cgroup_procs" not in Path(device.config_path).read_text()   # it cannot see them
         with inventory.device("fast").client(timeout_s=60.0) as agent:
-            address = agent.reserve_port()
-            task = agent.start_task("worker", 0, {"worker": [address]})
-            records.append(ProcessRecord.of(task.pid))
-            deadline = time.monotonic() + 90
-            while agent.task_status(task.task_id)[0].state == "starting" and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert agent.task_status(task.task_id)[0].state == "running"
+            task, address = _running_worker(agent, records)
             assert task.pid in members()          # the server inherited the device's cgroups
             host, port = address.rsplit(":", 1)
             socket.create_connection((host, int(port)), timeout=5).close()
