@@ -190,7 +190,7 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
 
     from hetcluster.emulation import netns as netns_module
     from hetcluster.emulation.catalog import load_catalog
-    from hetcluster.emulation.cluster import cluster_down, cluster_up
+    from hetcluster.emulation.cluster import cluster_up
 
     if os.geteuid() != 0:
         pytest.skip("shaped networking needs root")
@@ -218,8 +218,7 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
             host, port = address.rsplit(":", 1)
             socket.create_connection((host, int(port)), timeout=5).close()
     finally:
-        cluster_down(state_dir)
-        _assert_nothing_left(records, cgroup_dirs, netns, state_dir)
+        _down_and_check(state_dir, records, cgroup_dirs, netns)
 
 
 def test_oversubscribed_fleet_is_refused_before_starting_anything(tmp_path):
