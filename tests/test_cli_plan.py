@@ -103,7 +103,8 @@ def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
 
 def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
     """The planner revises a device's solo rate by what the calibration sets measured of it
-    (planner/solo_rates.py); the user sees which, from what window rate to what rate."""
+    (planner/solo_rates.py); the user sees which, from what window rate to what rate, on the
+    console and for every device in the JSON."""
     from hetcluster.cli.plan_output import REVISION_SHOWN_FROM
     from hetcluster.planner import FittedModels
     from hetcluster.profiling.profile import load_profile, to_planner_inputs
@@ -117,3 +118,7 @@ def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
     lines = [line for line in result.stdout.splitlines() if line.startswith("solo rates revised")]
     assert len(lines) == 1
     assert {d.name for d in devices if f" {d.name} " in lines[0]} == set(revised)
+    rates = plan_json(inventory, "--objective", "edp")["solo_rates"]
+    assert [r["device"] for r in rates] == [d.name for d in devices]
+    assert [r["window_steps_per_s"] for r in rates] == pytest.approx([d.steps_per_s for d in devices])
+    assert [r["used_steps_per_s"] for r in rates] == pytest.approx([u.steps_per_s for u in used])

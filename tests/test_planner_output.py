@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console
 
 from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table, revision_line
-from hetcluster.planner import Deadline, DeviceMeasurement, JobSpec, choose, estimate
+from hetcluster.planner import (Deadline, DeviceMeasurement, FittedModels, JobSpec, RunMeasurement, SoloRate, choose,
+                                estimate, plan)
 
 FLEET = (
     DeviceMeasurement("A", 10.0, 100.0, 50.0),
@@ -97,21 +98,34 @@ def test_near_ties_are_the_feasible_configurations_within_the_chosen_uncertainty
 
 
 def test_revision_line_names_each_revised_device_with_its_window_and_used_rate():
-    from dataclasses import replace
-
-    revised = (replace(FLEET[0], steps_per_s=10.0001), replace(FLEET[1], steps_per_s=5.5), replace(FLEET[2], steps_per_s=1.9))
-    line = revision_line(FLEET, revised)
+    rates = (SoloRate("A", 10.0, 10.0001), SoloRate("B", 5.0, 5.5), SoloRate("C", 2.0, 1.9))
+    line = revision_line(rates)
     assert "B 5 → 5.5 steps/s (+10.0%)" in line and "C 2 → 1.9 steps/s (-5.0%)" in line
     assert "A " not in line   # +0.001 %: too small to name
-    assert revision_line(FLEET, FLEET) is None
+    assert revision_line(tuple(SoloRate(d.name, d.steps_per_s, d.steps_per_s) for d in FLEET)) is None
+    assert revision_line(()) is None
 
 
 def test_revision_line_names_identical_devices_once_and_stops_at_the_shown_count():
-    from dataclasses import replace
-
-    fleet = tuple(DeviceMeasurement(f"pi-{i}", 2.0, 10.0, 4.0) for i in range(5)) + tuple(
-        DeviceMeasurement(f"nano-{i}", 3.0 + i, 10.0, 4.0) for i in range(4))
-    revised = tuple(replace(d, steps_per_s=d.steps_per_s * 1.1) for d in fleet)
-    line = revision_line(fleet, revised, shown=3)
+    rates = tuple(SoloRate(f"pi-{i}", 2.0, 2.2) for i in range(5)) + tuple(
+        SoloRate(f"nano-{i}", 3.0 + i, (3.0 + i) * 1.1) for i in range(4))
+    line = revision_line(rates, shown=3)
     assert "pi-0 (and 4 alike) 2 → 2.2 steps/s" in line
     assert line.count("steps/s (") == 3 and line.endswith("and 2 more")
+
+
+def test_a_plan_carries_each_devices_window_and_used_rate_into_its_json():
+    """plan() revises a member's solo rate by what the calibration sets measured of it; the JSON
+    says, per device, the rate its window read and the rate the prediction used."""
+    def run(rates: dict[str, float]) -> RunMeasurement:   # 10 s, each member's own rate measured
+        return RunMeasurement(tuple(rates), int(10 * sum(rates.values())), 10.0, sum(rates.values()), 120.0,
+                              per_device_steps={name: 10 * rate for name, rate in rates.items()})
+
+    runs = [run({"A": 9.0, "B": 5.6}), run({"B": 5.7, "C": 2.0}), run({"A": 9.4, "C": 2.1})]
+    chosen = plan(FLEET, runs, JobSpec(total_steps=1000), "time")
+    used = FittedModels.fit(FLEET, runs, JobSpec(total_steps=1000)).throughput.devices
+    expected = [{"device": d.name, "window_steps_per_s": d.steps_per_s, "used_steps_per_s": u.steps_per_s}
+                for d, u in zip(FLEET, used)]
+    assert plan_to_dict(chosen)["solo_rates"] == expected
+    assert any(e["used_steps_per_s"] != e["window_steps_per_s"] for e in expected), "the sets should revise a rate"
+    assert plan_to_dict(make_plan())["solo_rates"] == []   # choose() alone knows no rates

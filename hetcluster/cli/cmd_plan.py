@@ -90,13 +90,12 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
                           hint="raise --total-steps or lower --pretrain-steps.")
     devices, runs, job = planner_inputs(measured, fleet, spec, total_steps, budgets)
     from hetcluster.cli.plan_output import revision_line
-    from hetcluster.planner import FittedModels
 
-    models = FittedModels.fit(devices, runs, job)
-    line = revision_line(devices, models.throughput.devices)
+    plan = make(devices, runs, job, objective, constraints)
+    line = revision_line(plan.solo_rates)
     if line:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return PlannedJob(make(devices, runs, job, objective, constraints, models=models), measured, spec, source, budgets)
+    return PlannedJob(plan, measured, spec, source, budgets)
 
 
 def register(app: typer.Typer) -> None:

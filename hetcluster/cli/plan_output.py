@@ -82,15 +82,15 @@ def near_ties_line(plan) -> str | None:
             "pre-training cannot tell these apart from the choice")
 
 
-def revision_line(measured, revised, shown: int = REVISIONS_SHOWN) -> str | None:
-    """One line naming the devices whose solo rate the calibration sets revised (planner/solo_rates.py):
-    ``measured`` the DeviceMeasurements as pre-training read them, ``revised`` as the planner uses
-    them, in the same order. Identical devices revised alike are named once with their count; a
+def revision_line(solo_rates, shown: int = REVISIONS_SHOWN) -> str | None:
+    """One line naming the devices whose solo rate the calibration sets revised (Plan.solo_rates,
+    planner/solo_rates.py). Identical devices revised alike are named once with their count; a
     change under REVISION_SHOWN_FROM is left out."""
     changed: dict[tuple[float, float], list[str]] = {}
-    for before, after in zip(measured, revised):
-        if abs(after.steps_per_s / before.steps_per_s - 1.0) >= REVISION_SHOWN_FROM:
-            changed.setdefault((before.steps_per_s, after.steps_per_s), []).append(before.name)
+    for rate in solo_rates:
+        old, new = rate.window_steps_per_s, rate.used_steps_per_s
+        if abs(new / old - 1.0) >= REVISION_SHOWN_FROM:
+            changed.setdefault((old, new), []).append(rate.device)
     if not changed:
         return None
     parts = [f"{names[0] if len(names) == 1 else f'{names[0]} (and {len(names) - 1} alike)'} "
@@ -132,8 +132,8 @@ def _row_record(row: dict) -> dict:
 
 
 def plan_to_dict(plan, limit: int | None = JSON_MAX_ROWS) -> dict:
-    """JSON-ready dict: objective, chosen, constraints, near_ties (Plan.near_ties), configurations
-    (best first, ≤ limit)."""
+    """JSON-ready dict: objective, chosen, constraints, solo_rates (Plan.solo_rates: each device's
+    window and used steps/s), near_ties (Plan.near_ties), configurations (best first, ≤ limit)."""
     table = plan.table
     rows = table if limit is None else table.head(limit)
     return {
@@ -144,6 +144,8 @@ def plan_to_dict(plan, limit: int | None = JSON_MAX_ROWS) -> dict:
         "configurations_total": int(table.attrs.get("configurations_total", len(table))),
         "configurations_listed": int(len(rows)),
         "truncated": bool(len(rows) < len(table)),
+        "solo_rates": [{"device": r.device, "window_steps_per_s": float(r.window_steps_per_s),
+                        "used_steps_per_s": float(r.used_steps_per_s)} for r in plan.solo_rates],
         "near_ties": [{**_row_record(r), "relative_difference": float(r["relative_difference"])}
                       for r in plan.near_ties().to_dict("records")],
         "configurations": [_row_record(r) for r in rows.to_dict("records")],

@@ -48,7 +48,7 @@ Which errors matter for which objective: `power` depends only on measured powers
 measurements); `time` and `edp` on the contention model, which is why s is fitted from runs.
 """
 
-from hetcluster.planner.choose import Plan, choose, pareto_front
+from hetcluster.planner.choose import Plan, SoloRate, choose, pareto_front
 from hetcluster.planner.configurations import class_configurations, enumerate_configurations
 from hetcluster.planner.constraints import Constraint, Deadline, Exclude, MaxEnergy, MaxPower, MemoryFit, Require
 from hetcluster.planner.estimate import FittedModels, estimate
@@ -62,6 +62,6 @@ from hetcluster.planner.traces import load_trace, write_trace
 __all__ = [
     "Constraint", "Deadline", "DeviceMeasurement", "EDP", "Energy", "Exclude", "FittedModels", "JobSpec",
     "MaxEnergy", "MaxPower", "MemoryFit", "Objective", "Plan", "Power", "PowerModel", "Require",
-    "RunMeasurement", "ThroughputModel", "Time", "choose", "class_configurations", "enumerate_configurations",
+    "RunMeasurement", "SoloRate", "ThroughputModel", "Time", "choose", "class_configurations", "enumerate_configurations",
     "estimate", "get_objective", "load_trace", "pareto_front", "plan", "write_trace",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,14 +22,25 @@ log = logging.getLogger(__name__)
 NEAR_TIES_SHOWN = 5
 
 
+class SoloRate(NamedTuple):
+    """A device's solo rate as its pre-training window measured it and as the planner used it:
+    revised by what the calibration sets measured of the device (planner/solo_rates.py)."""
+
+    device: str
+    window_steps_per_s: float
+    used_steps_per_s: float
+
+
 @dataclass(frozen=True)
 class Plan:
-    """The choice: device names, the table (sorted by the objective, with feasible/chosen)."""
+    """The choice: device names, the table (sorted by the objective, with feasible/chosen), and
+    each device's solo rate (planner.plan() fills it; choose() alone knows no rates)."""
 
     chosen: tuple[str, ...]
     objective: Objective
     table: pd.DataFrame
     constraints: tuple[Constraint, ...]
+    solo_rates: tuple[SoloRate, ...] = ()
 
     @property
     def chosen_row(self) -> pd.Series:

@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from hetcluster.planner.choose import Plan, choose
+from hetcluster.planner.choose import Plan, SoloRate, choose
 from hetcluster.planner.configurations import count_class_configurations, class_configurations
 from hetcluster.planner.constraints import Constraint, Exclude, Require
 from hetcluster.planner.estimate import MAX_TABLE_ROWS, FittedModels, evaluate, estimate, resolve_mode, table_from
@@ -50,16 +50,22 @@ def plan(
     search: bool | None = None,
 ) -> Plan:
     """Fit, estimate and choose. search: None = only when enumeration is too large; True forces
-    the count-vector search (class mode), False forbids it."""
-    devices = tuple(devices)
-    runs = tuple(runs)
-    objective = get_objective(objective)
-    constraints = tuple(constraints)
+    the count-vector search (class mode), False forbids it. The plan carries each device's solo
+    rate as its window measured it and as the models used it (Plan.solo_rates)."""
+    devices, runs = tuple(devices), tuple(runs)
     models = models or FittedModels.fit(devices, runs, job)
+    chosen = _choose(devices, runs, get_objective(objective), tuple(constraints), models, mode, max_table_rows, search)
+    used = {d.name: d.steps_per_s for d in models.throughput.devices}
+    return replace(chosen, solo_rates=tuple(SoloRate(d.name, d.steps_per_s, used.get(d.name, d.steps_per_s))
+                                            for d in devices))
+
+
+def _choose(devices, runs, objective: Objective, constraints, models: FittedModels, mode: str, max_table_rows: int,
+            search: bool | None) -> Plan:
     classes = resolve_mode(devices, mode) or bool(search)
     required = tuple(n for c in constraints if isinstance(c, Require) for n in c.names)
     if not classes:
-        return choose(estimate(devices, runs, job, mode="devices", models=models), objective, constraints)
+        return choose(estimate(devices, runs, models.job, mode="devices", models=models), objective, constraints)
     excluded = {n for c in constraints if isinstance(c, Exclude) for n in c.names}
     _check_names(devices, required + tuple(excluded))
     kept = tuple(d for d in devices if d.name not in excluded)
