@@ -143,37 +143,6 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     assert job.pretrain_steps == done and job.remaining_steps == 500 - done
 
 
-def test_a_device_that_plain_tensorflow_does_not_fit_is_measured_under_its_memory_plan(fleet, tmp_path):
-    """slow's budget is a byte under what plain TensorFlow needs: its solo run and the set with it
-    train under its plan (recomputation), as training would run them; fast alone trains plain."""
-    from hetcluster.memory.fit import training_memory
-    from hetcluster.memory.fit import plan_for
-    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
-
-    spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
-    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
-                           classes=spec.classes).predicted_peak_bytes
-    budgets = {"fast": (8 << 30, "cpu"), "slow": (plain_bytes - 1, "cpu")}
-    settings = PretrainSettings(steps_per_run=8, warmup_steps=2, warmup_s=0.5, idle_s=0.5, max_sets=1,
-                                min_window_s=0.5, max_steps_per_run=12, recheck_fastest=False)
-    events = []
-    profile = run_pretraining(fleet, spec, str(tmp_path / "ckpt"), settings=settings,
-                              memory=lambda names: training_memory(spec, budgets, list(names)),
-                              on_event=lambda kind, details: events.append((kind, details)))
-    fast, slow = profile.devices
-    assert (fast.name, fast.memory_plan, fast.memory_slowdown) == ("fast", "", 1.0)
-    assert slow.name == "slow" and slow.memory_plan.startswith("recompute") and slow.memory_slowdown > 1.0
-    [run] = profile.runs
-    assert (run.memory_plan, run.memory_slowdown) == (slow.memory_plan, slow.memory_slowdown)
-    # what each run's workers really traced (RunResult.memory_plan), and what the display was told
-    ran = {tuple(sorted({w for _, _, w in d["result"].step_times})): d["result"].memory_plan
-           for kind, d in events if kind == "run_done"}
-    assert ran == {("fast",): "", ("slow",): slow.memory_plan, ("fast", "slow"): slow.memory_plan}
-    # the opening run of both trains under slow's plan, as the set does
-    assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == [
-        slow.memory_plan, "", slow.memory_plan, slow.memory_plan]
-
-
 @pytest.fixture
 def class_fleet(tmp_path):
     with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),
@@ -181,15 +150,24 @@ def class_fleet(tmp_path):
         yield inventory
 
 
-def test_pretraining_measures_one_device_of_a_class_alone_and_gives_its_figures_to_the_others(class_fleet, tmp_path):
+def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_not_fit_under_its_plan(class_fleet, tmp_path):
+    """board-2 is board-1's class: one solo run serves both. other's memory budget is a byte under
+    what plain TensorFlow needs: its solo run, and every run with it, train under its plan
+    (recomputation), as training would run them; board-1 alone trains plain."""
+    from hetcluster.memory.fit import plan_for, training_memory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
 
+    spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
+                           classes=spec.classes).predicted_peak_bytes
+    budgets = {"board-1": (8 << 30, "cpu"), "board-2": (8 << 30, "cpu"), "other": (plain_bytes - 1, "cpu")}
     events = []
     settings = PretrainSettings(steps_per_run=10, warmup_steps=2, idle_s=1.0, max_sets=1, min_window_s=0.5,
                                 max_steps_per_run=20, recheck_fastest=False)
-    profile = run_pretraining(class_fleet, ModelSpec("small_cnn", (16, 16, 3), 4, 8), str(tmp_path / "ckpt"),
-                              settings=settings, on_event=lambda kind, details: events.append((kind, details)))
+    profile = run_pretraining(class_fleet, spec, str(tmp_path / "ckpt"), settings=settings,
+                              memory=lambda names: training_memory(spec, budgets, list(names)),
+                              on_event=lambda kind, details: events.append((kind, details)))
 
     # the opening run of all three (board-2's worker warmed too), two solo runs for three devices
     # (board-2 is board-1's class), then the set of all three
@@ -207,6 +185,19 @@ def test_pretraining_measures_one_device_of_a_class_alone_and_gives_its_figures_
     assert board1.idle_power_w == pytest.approx(1.0, abs=0.01)
     [run] = profile.runs
     assert set(run.per_device_steps) == {"board-1", "board-2", "other"}
+
+    # memory: board-1 (and its copy) trained plain, other and every run with it under other's plan
+    assert (board1.memory_plan, board1.memory_slowdown) == ("", 1.0) == (board2.memory_plan, board2.memory_slowdown)
+    assert other.memory_plan.startswith("recompute") and other.memory_slowdown > 1.0
+    assert (run.memory_plan, run.memory_slowdown) == (other.memory_plan, other.memory_slowdown)
+    # what each run's workers really traced (RunResult.memory_plan), and what the display was told
+    ran = {tuple(sorted({w for _, _, w in d["result"].step_times})): d["result"].memory_plan
+           for kind, d in events if kind == "run_done"}
+    assert ran == {("board-1",): "", ("other",): other.memory_plan,
+                   ("board-1", "board-2", "other"): other.memory_plan}
+    # the opening run of all three trains under other's plan, as the set does
+    assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == [
+        other.memory_plan, "", other.memory_plan, other.memory_plan]
 
     json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
     assert load_profile(json_path) == profile

@@ -34,7 +34,11 @@ def fleet(tmp_path_factory):
 def _train(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "hetcluster.cli.app", "train", "--inventory", str(fleet / "cluster.toml"),
            "--workdir", str(workdir), "--report", str(workdir / "report.json"), *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a coordinator killed outright leaves its temporary directories: in the test's, not the host's
+    tmp = workdir.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
 
 
 def _new_job(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:

@@ -53,9 +53,16 @@ def _check_consistent(result, workers):
     assert result.final_loss is not None and math.isfinite(result.final_loss)
 
 
-def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster, tmp_path):
+def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster, tmp_path, monkeypatch):
+    import tempfile
+
     from hetcluster.training.run_job import run_in_subprocess
 
+    # this process's temporary directory, which the training processes would inherit
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     ckpt = str(tmp_path / "ckpt")
     first, servers = make_cluster(["a"])
     r1 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=12, checkpoint_dir=ckpt), first, timeout_s=300)
@@ -85,6 +92,10 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 10, 50)
     assert math.isfinite(r3.final_loss)
     assert r1.memory_plan == "" and r3.memory_plan not in ("", "none")  # the plan the step ran under
+    # the training processes end with os._exit, past TF autograph's own clean-up: what it wrote went
+    # with each run's temporary directory, none of which is left
+    assert not list(system_tmp.rglob("__autograph_generated_file*"))
+    assert not list(system_tmp.glob("hetcluster-run-*"))
 
 
 def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):

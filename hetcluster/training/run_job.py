@@ -125,7 +125,12 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         log_path = log_path or tmpdir / "run.log"
         cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
                str(result_path), "--progress", str(progress_path), "--round-steps", str(round_steps)]
-        env = tf_env()
+        # the child ends with os._exit, past the atexit hooks that delete what TensorFlow's autograph
+        # writes to the temporary directory (a few __autograph_generated_file*.py per run): its own
+        # temporary directory lies in this run's, which goes with the run
+        child_tmp = tmpdir / "tmp"
+        child_tmp.mkdir()
+        env = tf_env(TMPDIR=str(child_tmp))
         with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
             child = subprocess.Popen(cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
                                      stderr=subprocess.STDOUT, env=env,
