@@ -162,12 +162,14 @@ _GATE_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster):
+def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster, tmp_path):
     import json
+    import os
 
     addresses, _ = make_cluster(["a", "b"])
+    # the script ends with os._exit, past autograph's clean-up: its temporary files go to the test's folder
     out = subprocess.run([sys.executable, "-c", _GATE_SCRIPT, json.dumps(addresses.to_dict())], capture_output=True,
-                         text=True, timeout=300, check=True)
+                         text=True, timeout=300, check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     # The gate is a check-then-apply, not an atomic ticket: two workers that both read 19 before
     # either update lands both apply, so over-scheduling can overshoot by at most workers - 1 (seen
