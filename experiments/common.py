@@ -17,6 +17,7 @@ import platform
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -46,11 +47,13 @@ def run_cli(args: Sequence[str], log_path: Path | None = None, timeout_s: float 
     """
     cmd = [*hetcluster_executable(), *map(str, args)]
     log.info("running %s", " ".join(cmd))
+    started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=timeout_s, cwd=ROOT)
+    elapsed_s = time.monotonic() - started
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
-            fh.write(f"$ {' '.join(cmd)}\n{_clip(proc.stdout)}{_clip(proc.stderr)}\n[exit {proc.returncode}]\n")
+            fh.write(f"$ {' '.join(cmd)}\n{_clip(proc.stdout)}{_clip(proc.stderr)}\n[exit {proc.returncode}, {elapsed_s:.1f} s]\n")
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return proc.stdout
