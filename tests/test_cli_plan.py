@@ -122,3 +122,34 @@ def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
     assert [r["device"] for r in rates] == [d.name for d in devices]
     assert [r["window_steps_per_s"] for r in rates] == pytest.approx([d.steps_per_s for d in devices])
     assert [r["used_steps_per_s"] for r in rates] == pytest.approx([u.steps_per_s for u in used])
+
+
+def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inventory, tmp_path):
+    """Pre-training records the layer graph its memory plans were made on (Profile.memory_graph);
+    planning from that profile adopts it for the same model, input shape and classes, so it builds
+    no model and imports no TensorFlow (about 5 s of a 6 s re-plan on a 2-core host), and plans
+    exactly as building the model would. Another input shape is another graph: that one is built."""
+    from hetcluster.memory.fit import graph_of
+
+    data = json.loads(PROFILE.read_text())
+    model = data["model"]
+    data["memory_graph"] = graph_of(model["name"], 1, tuple(model["input_shape"]), model["classes"]).to_dict()
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(data))
+
+    def planned(*args: str) -> tuple[dict, bool]:
+        command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
+                   "--model", "small_cnn", "--profile", str(profile), "--total-steps", "3000", "--objective", "edp",
+                   "--format", "json", *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        imported = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
+        assert imported, "-X importtime wrote no import lines"
+        return json.loads(result.stdout), any(line.split("|")[-1].strip() == "tensorflow" for line in imported)
+
+    adopted, imported_tensorflow = planned()
+    assert not imported_tensorflow
+    assert adopted["configurations"] == plan_json(inventory, "--objective", "edp")["configurations"]
+    assert all(row["memory_fits"] for row in adopted["configurations"])
+    _, imported_tensorflow = planned("--input-shape", "16x16x3")
+    assert imported_tensorflow

@@ -154,7 +154,7 @@ def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_no
     """board-2 is board-1's class: one solo run serves both. other's memory budget is a byte under
     what plain TensorFlow needs: its solo run, and every run with it, train under its plan
     (recomputation), as training would run them; board-1 alone trains plain."""
-    from hetcluster.memory.fit import plan_for, training_memory
+    from hetcluster.memory.fit import graph_of, plan_for, training_memory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
 
@@ -198,6 +198,8 @@ def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_no
     # the opening run of all three trains under other's plan, as the set does
     assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == [
         other.memory_plan, "", other.memory_plan, other.memory_plan]
+    # the layer graph those plans were made on, recorded for planning from the profile later
+    assert profile.memory_graph == graph_of(spec.name, 1, spec.input_shape, spec.classes).to_dict()
 
     json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
     assert load_profile(json_path) == profile

@@ -105,10 +105,24 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
         if loaded.model.get("name") not in (None, spec.name):
             raise ProfileError(f"Profile {profile} was measured for model {loaded.model.get('name')!r}, not {spec.name!r}.",
                                hint="pass the same --model, or pre-train again without --profile.")
+        _adopt_memory_graph(loaded, spec)
         return loaded
     return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
                                         warmup_steps=warmup_steps, console=console, budgets=budgets,
                                         total_steps=total_steps)
+
+
+def _adopt_memory_graph(profile: Any, spec: Any) -> None:
+    """Plan memory on the layer graph the profile recorded, when it is this job's model (same
+    input shape and classes): the planner then needs no TensorFlow to build the model again."""
+    from hetcluster.memory.fit import remember_graph
+    from hetcluster.memory.graph import LayerGraph
+
+    model = profile.model
+    same_model = (model.get("name"), list(model.get("input_shape", ())), model.get("classes")) == \
+        (spec.name, list(spec.input_shape), spec.classes)
+    if profile.memory_graph and same_model:
+        remember_graph(spec.name, spec.input_shape, spec.classes, LayerGraph.from_dict(profile.memory_graph))
 
 
 def _budget_and_kind(entry: Any, device_kind: str | None) -> tuple[int | None, str]:

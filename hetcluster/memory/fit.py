@@ -8,7 +8,6 @@ Graphs are extracted at batch 1 and scaled, since activations and FLOPs are line
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 from hetcluster.memory.cost import Overheads
@@ -25,17 +24,36 @@ def build_keras_model(name: str, input_shape: tuple[int, int, int], classes: int
     return build_model(name, input_shape=input_shape, classes=classes)
 
 
-@functools.lru_cache(maxsize=16)
-def _graph_at_batch_one(name: str, input_shape: tuple[int, int, int], classes: int) -> LayerGraph:
-    from hetcluster.memory.keras_graph import extract_graph
+# (name, input shape, classes) → the model's layer graph at batch 1: extracted at most once per
+# process, or adopted from a profile (remember_graph), so re-planning from a profile needs no TensorFlow
+_GRAPHS: dict[tuple[str, tuple[int, ...], int], LayerGraph] = {}
 
-    return extract_graph(build_keras_model(name, input_shape, classes), batch_size=1)
+
+def _key(name: str, input_shape: Any, classes: int) -> tuple[str, tuple[int, ...], int]:
+    return name, tuple(int(s) for s in input_shape), int(classes)
 
 
 def graph_of(name: str, batch_size: int, input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE,
              classes: int = 1000) -> LayerGraph:
     """Layer graph of registry model `name` at `batch_size`."""
-    return _graph_at_batch_one(name, tuple(int(s) for s in input_shape), int(classes)).scaled(batch_size)
+    key = _key(name, input_shape, classes)
+    if key not in _GRAPHS:
+        from hetcluster.memory.keras_graph import extract_graph
+
+        _GRAPHS[key] = extract_graph(build_keras_model(*key), batch_size=1)
+    return _GRAPHS[key].scaled(batch_size)
+
+
+def extracted_graph(name: str, input_shape: Any, classes: int) -> LayerGraph | None:
+    """The batch-1 graph this process already has for the model (None: not extracted here)."""
+    return _GRAPHS.get(_key(name, input_shape, classes))
+
+
+def remember_graph(name: str, input_shape: Any, classes: int, graph: LayerGraph) -> None:
+    """Adopt ``graph`` (at batch 1) as the model's: a profile's record of the graph it was planned on."""
+    if graph.batch_size != 1:
+        graph = graph.scaled(1)
+    _GRAPHS[_key(name, input_shape, classes)] = graph
 
 
 def plan_for(model: str | LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,

@@ -155,8 +155,9 @@ class LayerGraph:
         return LayerGraph(nodes, batch_size, self.dtype_bytes, self.name, dict(self.meta))
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-shaped (lists, not tuples), so it equals itself read back from a JSON file."""
         return {"name": self.name, "batch_size": self.batch_size, "dtype_bytes": self.dtype_bytes,
-                "meta": dict(self.meta), "nodes": [asdict(n) for n in self.nodes]}
+                "meta": dict(self.meta), "nodes": [{**asdict(n), "inputs": list(n.inputs)} for n in self.nodes]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LayerGraph":

@@ -628,4 +628,13 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                    checkpoint_path=phase.checkpoint_path, warmup_steps=settings.warmup_steps,
                    warmup_s=settings.warmup_s,
                    steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
-                   idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)))
+                   idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)),
+                   memory_graph=_memory_graph(model))
+
+
+def _memory_graph(model: Any) -> dict[str, Any] | None:
+    """The batch-1 layer graph this phase's memory plans were made on, if it made any."""
+    from hetcluster.memory.fit import extracted_graph
+
+    graph = extracted_graph(model.name, model.input_shape, model.classes)
+    return graph.to_dict() if graph is not None else None

@@ -98,6 +98,10 @@ class Profile:
     created_wall_s: float
     idle_power_counts: bool = False
     warmup_s: float = 0.0   # and each worker's steps in these seconds after warmup_steps (0 before 2026-11-25)
+    # the model's layer graph at batch 1 (LayerGraph.to_dict) that pre-training's memory plans were
+    # made on; None where no plan was made (no memory budget known) and in profiles before 2026-11-29.
+    # Planning from the profile adopts it for this model, input shape and classes, so it builds no model
+    memory_graph: dict[str, Any] | None = None
 
     def device(self, name: str) -> DeviceProfile:
         for device in self.devices:
