@@ -1,7 +1,8 @@
 """Memory fit of a model on a device, for the planner's memory-fit column and the CLI.
 
 Importing this module is cheap; a model *name* is turned into a layer graph by building the
-tf_keras model (TensorFlow imported then), once per (name, input shape, classes) per process.
+tf_keras model (TensorFlow imported then), once per (name, input shape, classes) per process,
+unless a profile supplied the graph pre-training planned on (``remember_graph``).
 Graphs are extracted at batch 1 and scaled, since activations and FLOPs are linear in the batch.
 """
 
