@@ -105,8 +105,12 @@ class Inventory:
         return self.idle_power_counts if device.idle_power_counts is None else device.idle_power_counts
 
 
-def load_inventory(path: Path | str) -> Inventory:
-    """Read and validate an inventory TOML; every error names the file (and the device)."""
+def load_inventory(path: Path | str, check_credentials: bool = True) -> Inventory:
+    """Read and validate an inventory TOML; every error names the file (and the device).
+
+    ``check_credentials=False``: credential files need not be readable now (a command that reads
+    only a profile, such as ``plan --profile`` after ``cluster down`` removed the throwaway ones);
+    an agent client made from such an entry fails then, naming the file."""
     inventory_path = Path(path).expanduser()
     try:
         text = inventory_path.read_text(encoding="utf-8")
@@ -120,12 +124,14 @@ def load_inventory(path: Path | str) -> Inventory:
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"inventory {inventory_path} is not valid TOML: {error}.", hint="fix the syntax there.") from None
     try:
-        return inventory_from_mapping(data, base_dir=inventory_path.resolve().parent, path=inventory_path)
+        return inventory_from_mapping(data, base_dir=inventory_path.resolve().parent, path=inventory_path,
+                                      check_credentials=check_credentials)
     except ConfigError as error:
         raise ConfigError(f"inventory {inventory_path}: {error.message}", hint=error.hint) from None
 
 
-def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path | None = None) -> Inventory:
+def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path | None = None,
+                           check_credentials: bool = True) -> Inventory:
     """Validate a parsed inventory document; ``base_dir`` anchors relative credential paths."""
     _reject_unknown(data.keys(), _TOP_KEYS, "top-level key", "")
     cluster = data.get("cluster", {})
@@ -147,7 +153,7 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
     devices: list[DeviceEntry] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_devices):
-        entry = _device(raw, index, base_dir)
+        entry = _device(raw, index, base_dir, check_credentials)
         if entry.name in seen:
             raise ConfigError(f"device name {entry.name!r} appears twice.", hint="give every [[devices]] entry a unique name.")
         seen.add(entry.name)
@@ -162,7 +168,7 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
     )
 
 
-def _device(raw: Any, index: int, base_dir: Path) -> DeviceEntry:
+def _device(raw: Any, index: int, base_dir: Path, check_credentials: bool = True) -> DeviceEntry:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"devices[{index}] is not a table.", hint="write each device as a [[devices]] table.")
     label = raw.get("name") if isinstance(raw.get("name"), str) else f"devices[{index}]"
@@ -181,7 +187,7 @@ def _device(raw: Any, index: int, base_dir: Path) -> DeviceEntry:
     if port == 0:
         raise ConfigError(f"{where} address {address!r} has port 0.", hint="give the port the agent actually listens on.")
 
-    files = {key: _credential(raw, key, where, base_dir) for key in _CREDENTIAL_KEYS}
+    files = {key: _credential(raw, key, where, base_dir, check_credentials) for key in _CREDENTIAL_KEYS}
     if (files["cert_file"] is None) != (files["key_file"] is None):
         raise ConfigError(f"{where} sets only one of cert_file/key_file.", hint="mTLS needs both, plus ca_file.")
     if files["cert_file"] is not None and files["ca_file"] is None:
@@ -212,13 +218,15 @@ def _device(raw: Any, index: int, base_dir: Path) -> DeviceEntry:
     )
 
 
-def _credential(raw: Mapping[str, Any], key: str, where: str, base_dir: Path) -> Path | None:
+def _credential(raw: Mapping[str, Any], key: str, where: str, base_dir: Path, check: bool = True) -> Path | None:
     value = _str(raw, key, where, "")
     if not value:
         return None
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = Path(os.path.normpath(base_dir / path))
+    if not check:
+        return path
     try:
         with open(path, "rb"):
             pass

@@ -153,3 +153,19 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
     assert all(row["memory_fits"] for row in adopted["configurations"])
     _, imported_tensorflow = planned("--input-shape", "16x16x3")
     assert imported_tensorflow
+
+
+def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, tmp_path):
+    """`cluster down` removes an emulated fleet's throwaway credentials. Planning from a profile asks
+    no agent (the budgets are the inventory's), so it still plans, as it did with the fleet up;
+    pre-training needs the agents, so without --profile the unreadable token file is one line."""
+    down = write_inventory(tmp_path)
+    (tmp_path / "token").unlink()
+    offline = plan(down, "--objective", "edp", "--format", "json")
+    assert offline.returncode == 0, offline.stderr[-3000:]
+    assert json.loads(offline.stdout)["configurations"] == plan_json(inventory, "--objective", "edp")["configurations"]
+    command = [sys.executable, "-m", "hetcluster.cli.app", "plan", "--inventory", str(down), "--model", "small_cnn",
+               "--total-steps", "3000", "--workdir", str(tmp_path / "work")]
+    pretrain = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert pretrain.returncode != 0 and "Traceback" not in pretrain.stderr
+    assert "token_file" in pretrain.stderr and len(pretrain.stderr.strip().splitlines()) == 1

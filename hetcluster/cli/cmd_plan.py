@@ -76,7 +76,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     opt.check_device_kind(device_kind)
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
-    fleet = fleet if fleet is not None else opt.load_fleet(inventory)
+    fleet = fleet if fleet is not None else opt.load_fleet(inventory, agents_needed=profile is None)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 
     from hetcluster.cli.pretraining import DeviceBudgets, obtain_profile, planner_inputs

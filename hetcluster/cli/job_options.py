@@ -81,12 +81,14 @@ def check_objective(objective: str) -> str:
     return objective
 
 
-def load_fleet(inventory: Path):
+def load_fleet(inventory: Path, agents_needed: bool = True):
+    """The inventory; ``agents_needed=False`` (planning from a profile) does not require its
+    credential files to be readable: a fleet that is down can still be re-planned for."""
     from hetcluster.inventory import load_inventory
 
     if not inventory.exists():
         raise ConfigError(f"No inventory at {inventory}.", hint="start a fleet with `hetcluster cluster up --out cluster.toml` or pass --inventory.")
-    return load_inventory(inventory)
+    return load_inventory(inventory, check_credentials=agents_needed)
 
 
 def constraints(deadline: float | None, max_power: float | None, max_energy: float | None,
