@@ -156,9 +156,10 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
 
 
 def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, tmp_path):
-    """`cluster down` removes an emulated fleet's throwaway credentials. Planning from a profile asks
-    no agent (the budgets are the inventory's), so it still plans, as it did with the fleet up;
-    pre-training needs the agents, so without --profile the unreadable token file is one line."""
+    """`cluster down` removes an emulated fleet's throwaway credentials. Planning from a profile needs
+    no agent (the budgets are the inventory's; an agent it cannot ask leaves the device kind cpu),
+    so it still plans, as it does with the credentials there; pre-training needs the agents, so
+    without --profile the unreadable token file is one line."""
     down = write_inventory(tmp_path)
     (tmp_path / "token").unlink()
     offline = plan(down, "--objective", "edp", "--format", "json")
