@@ -56,3 +56,43 @@ def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
     assert 0.0 < result["pretrain"]["overhead"] < 1.0
     assert set(result["mape"]) >= {"time_s", "energy_j", "power_w"}
     assert "76.67%" in done.stdout
+
+
+def test_sigterm_stops_the_configuration_its_servers_and_its_folders(tmp_path):
+    """`kill`, a systemd stop or a CI timeout send SIGTERM, whose default ends Python with no
+    `finally`: until 2026-11-29 the TF servers of the configuration being trained kept running on
+    the agents and its temporary folders stayed. Now it takes Ctrl-C's path (cli/signals.py)."""
+    import os
+    import signal
+    import time
+
+    from hetcluster.inventory import load_inventory
+
+    def alive(fleet) -> list:
+        inventory = load_inventory(fleet / "cluster.toml")
+        tasks = []
+        for name in ("fast", "slow"):
+            with inventory.device(name).client(timeout_s=5.0) as client:
+                tasks += [t for t in client.task_status() if t.alive]
+        return tasks
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with emulated_fleet(tmp_path / "fleet", "t5k") as fleet:
+        cmd = [sys.executable, "-m", "hetcluster.cli.app", "evaluate", "--inventory", str(fleet / "cluster.toml"),
+               "--profile", str(write_profile(tmp_path / "profile.json", with_ghost=False)), *MODEL_ARGS,
+               "--total-steps", "1000000", "--configs", "fast+slow", "--workdir", str(tmp_path / "eval"),
+               "--out", str(tmp_path / "result.json")]
+        process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, "TMPDIR": str(tmp)})
+        deadline = time.monotonic() + 120
+        while len(alive(fleet)) < 2:  # both workers' servers up: the configuration is training
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0][-3000:]
+            time.sleep(0.5)
+        assert [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]  # the run's folders exist
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=120)
+        assert process.returncode == 130, out[-3000:]
+        assert "interrupted" in out and "servers stopped" in out
+        assert not alive(fleet)
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]

@@ -47,12 +47,15 @@ def plan_command(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a time-vs-energy Pareto plot (PNG) here."),
 ) -> None:
     """Choose which devices should train the job, for the objective and constraints."""
-    plan = make_plan(objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
-                     batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
-                     warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
-                     max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
-                     device_kind=device_kind, output_format=output_format,
-                     console=make_console(stderr=output_format != "table")).plan
+    from hetcluster.cli.signals import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # as Ctrl-C: pre-training (without --profile) stops the servers it started
+        plan = make_plan(objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
+                         batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+                         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
+                         max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
+                         device_kind=device_kind, output_format=output_format,
+                         console=make_console(stderr=output_format != "table")).plan
     from hetcluster.cli.plan_output import plot_pareto, render
 
     render(plan, output_format)

@@ -31,6 +31,7 @@ def profile_command(
 ) -> None:
     """Pre-train the job on every device alone and on calibration sets; save the profile."""
     from hetcluster.cli.pretraining import DeviceBudgets, run_pretraining_with_display
+    from hetcluster.cli.signals import sigterm_as_interrupt
 
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
@@ -38,9 +39,10 @@ def profile_command(
     spec = opt.model_spec(model, input_shape, classes, batch_size)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)
-    profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
-                                           warmup_steps=warmup_steps, console=console, total_steps=total_steps,
-                                           budgets=DeviceBudgets(fleet, device_kind))
+    with sigterm_as_interrupt():  # as Ctrl-C: pre-training stops the servers it started
+        profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
+                                               warmup_steps=warmup_steps, console=console, total_steps=total_steps,
+                                               budgets=DeviceBudgets(fleet, device_kind))
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
     for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)", "memory plan"):
         table.add_column(column, justify="left" if column in ("devices", "memory plan") else "right")

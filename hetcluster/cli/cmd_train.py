@@ -19,15 +19,11 @@ from rich.console import Console
 
 from hetcluster.cli import job_options as opt
 from hetcluster.cli.console import make_console
+from hetcluster.cli.signals import sigterm_as_interrupt
 
 CHECKPOINT_EVERY = typer.Option(0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end).")
 REPORT = typer.Option(None, "--report", help="Write the report as JSON here (atomically).")
 ALLOW_MISSING = typer.Option(False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing.")
-
-
-def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM takes the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint."""
-    raise KeyboardInterrupt
 
 
 def train_command(
@@ -62,8 +58,7 @@ def train_command(
         raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
     console = make_console()
     workdir = workdir.resolve()
-    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    try:
+    with sigterm_as_interrupt():  # the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint
         fleet = opt.load_fleet(inventory)
         if resume:
             job = _resume_job(fleet, workdir, allow_missing, console)
@@ -76,8 +71,6 @@ def train_command(
                 device_kind=device_kind))
         train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,
                      resume_hint=f"hetcluster train --inventory {inventory} --workdir {workdir} --resume")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     final = build_report(job)
     console.print(_report_table(final))
     if report is not None:
