@@ -48,15 +48,32 @@ def run_cli(args: Sequence[str], log_path: Path | None = None, timeout_s: float 
     cmd = [*hetcluster_executable(), *map(str, args)]
     log.info("running %s", " ".join(cmd))
     started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=timeout_s, cwd=ROOT)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+                          cwd=ROOT) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except BaseException:  # Ctrl-C, a SIGTERM emulated_fleet turned into one, the timeout
+            _stop(proc)
+            raise
     elapsed_s = time.monotonic() - started
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
-            fh.write(f"$ {' '.join(cmd)}\n{_clip(proc.stdout)}{_clip(proc.stderr)}\n[exit {proc.returncode}, {elapsed_s:.1f} s]\n")
+            fh.write(f"$ {' '.join(cmd)}\n{_clip(stdout)}{_clip(stderr)}\n[exit {proc.returncode}, {elapsed_s:.1f} s]\n")
     if proc.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return proc.stdout
+        raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(stdout + stderr)[-3000:]}")
+    return stdout
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 120.0) -> None:
+    """SIGTERM, which the commands take as Ctrl-C (the run in progress stops the servers it started
+    on the agents: hetcluster/cli/signals.py), then SIGKILL if it has not ended within ``grace_s``.
+    subprocess.run would SIGKILL at once and leave those servers running."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def _clip(text: str, keep_chars: int = 3000) -> str:
