@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from train_fleet import MODEL_ARGS, emulated_fleet, write_profile
+from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -66,16 +66,6 @@ def test_sigterm_stops_the_configuration_its_servers_and_its_folders(tmp_path):
     import signal
     import time
 
-    from hetcluster.inventory import load_inventory
-
-    def alive(fleet) -> list:
-        inventory = load_inventory(fleet / "cluster.toml")
-        tasks = []
-        for name in ("fast", "slow"):
-            with inventory.device(name).client(timeout_s=5.0) as client:
-                tasks += [t for t in client.task_status() if t.alive]
-        return tasks
-
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     with emulated_fleet(tmp_path / "fleet", "t5k") as fleet:
@@ -86,7 +76,7 @@ def test_sigterm_stops_the_configuration_its_servers_and_its_folders(tmp_path):
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    env={**os.environ, "TMPDIR": str(tmp)})
         deadline = time.monotonic() + 120
-        while len(alive(fleet)) < 2:  # both workers' servers up: the configuration is training
+        while len(alive_tasks(fleet)) < 2:  # both workers' servers up: the configuration is training
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0][-3000:]
             time.sleep(0.5)
         assert [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]  # the run's folders exist
@@ -94,5 +84,5 @@ def test_sigterm_stops_the_configuration_its_servers_and_its_folders(tmp_path):
         out, _ = process.communicate(timeout=120)
         assert process.returncode == 130, out[-3000:]
         assert "interrupted" in out and "servers stopped" in out
-        assert not alive(fleet)
+        assert not alive_tasks(fleet)
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]

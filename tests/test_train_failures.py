@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_fleet import MODEL_ARGS, emulated_fleet, write_profile
+from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -65,17 +65,6 @@ def _wait_for(condition, process: subprocess.Popen, timeout_s: float = 120.0) ->
         time.sleep(0.2)
 
 
-def _alive_tasks(fleet: Path) -> list:
-    from hetcluster.inventory import load_inventory
-
-    inventory = load_inventory(fleet / "cluster.toml")
-    alive = []
-    for name in ("fast", "slow"):
-        with inventory.device(name).client(timeout_s=5.0) as client:
-            alive += [t for t in client.task_status() if t.alive]
-    return alive
-
-
 def _finish(process: subprocess.Popen, timeout_s: float = 180.0) -> str:
     out, _ = process.communicate(timeout=timeout_s)
     assert process.returncode == 0, out[-3000:]
@@ -104,7 +93,7 @@ def test_worker_killed_mid_training_and_missing_agent_at_start(fleet, tmp_path):
     assert report["lost_workers"] == ["slow"]
     assert report["steps_per_worker"]["fast"] > 0
     assert report["measured"]["energy_j"] > 100.0 and report["measured"]["time_s"] > 5.0
-    assert not _alive_tasks(fleet)
+    assert not alive_tasks(fleet)
 
 
 def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
@@ -120,7 +109,7 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     assert "--resume" in out and "checkpoint at step" in out
     interrupted_at = checkpoint_steps(checkpoints)
     assert 40 <= interrupted_at < TOTAL
-    assert not _alive_tasks(fleet)  # servers stopped
+    assert not alive_tasks(fleet)  # servers stopped
 
     # resume, then kill the coordinator outright once it has written another checkpoint
     process = _train(fleet, workdir, "--resume")
@@ -139,7 +128,7 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     assert finished[-1]["steps_restored"] == last_checkpoint
     assert finished[-1]["steps_applied"] == TOTAL - last_checkpoint
     assert report["segments"] >= 3
-    assert not _alive_tasks(fleet)
+    assert not alive_tasks(fleet)
 
 
 def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path):
@@ -169,4 +158,4 @@ def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path)
     assert report["memory_plan"].startswith("recompute") and report["steps_total"] == 40
     assert set(report["steps_per_worker"]) == {"fast", "slow"}
     assert "memory plan" in done.stdout
-    assert not _alive_tasks(fleet)
+    assert not alive_tasks(fleet)

@@ -39,6 +39,18 @@ def emulated_fleet(root: Path, tag: str) -> Iterator[Path]:
         cluster_down(root / "state")
 
 
+def alive_tasks(fleet: Path) -> list:
+    """The TF server tasks still alive on fast's and slow's agents (ghost has none)."""
+    from hetcluster.inventory import load_inventory
+
+    inventory = load_inventory(fleet / "cluster.toml")
+    alive = []
+    for name in ("fast", "slow"):
+        with inventory.device(name).client(timeout_s=5.0) as client:
+            alive += [t for t in client.task_status() if t.alive]
+    return alive
+
+
 MODEL_ARGS = ("--model", "small_cnn", "--input-shape", "16x16x3", "--classes", "4", "--batch-size", "8")
 
 
