@@ -75,14 +75,17 @@ def test_sigterm_stops_the_configuration_its_servers_and_its_folders(tmp_path):
                "--out", str(tmp_path / "result.json")]
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    env={**os.environ, "TMPDIR": str(tmp)})
+        def run_folders() -> list:
+            return [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]
+
         deadline = time.monotonic() + 120
-        while len(alive_tasks(fleet)) < 2:  # both workers' servers up: the configuration is training
+        # both workers' servers up and the run's folders made: the configuration is training
+        while len(alive_tasks(fleet)) < 2 or not run_folders():
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0][-3000:]
             time.sleep(0.5)
-        assert [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]  # the run's folders exist
         process.send_signal(signal.SIGTERM)
         out, _ = process.communicate(timeout=120)
         assert process.returncode == 130, out[-3000:]
         assert "interrupted" in out and "servers stopped" in out
         assert not alive_tasks(fleet)
-    assert not [p.name for p in tmp.iterdir() if p.name.startswith("hetcluster-")]
+    assert not run_folders()
