@@ -18,6 +18,20 @@ def inventory(tmp_path_factory) -> Path:
     return write_inventory(tmp_path_factory.mktemp("fleet"))
 
 
+@pytest.fixture(scope="module")
+def graphed_profile(tmp_path_factory) -> Path:
+    """PROFILE with the layer graph pre-training now records (Profile.memory_graph): a `plan`
+    subprocess given it builds no model and imports no TensorFlow, 1 s instead of 6-8 s each."""
+    from hetcluster.memory.fit import graph_of
+
+    data = json.loads(PROFILE.read_text())
+    model = data["model"]
+    data["memory_graph"] = graph_of(model["name"], 1, tuple(model["input_shape"]), model["classes"]).to_dict()
+    path = tmp_path_factory.mktemp("profile") / "profile.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
 def plan_json(inventory: Path, *args: str) -> dict:
     """In-process (TensorFlow, loaded for the memory fit, is imported once per test session)."""
     from typer.testing import CliRunner
@@ -31,9 +45,9 @@ def plan_json(inventory: Path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
-def plan(inventory: Path, *args: str) -> subprocess.CompletedProcess:
+def plan(inventory: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory), "--model", "small_cnn",
-               "--profile", str(PROFILE), "--total-steps", "3000", *args]
+               "--profile", str(profile), "--total-steps", "3000", *args]
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the CLI's own default
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
@@ -55,8 +69,8 @@ def test_constraints_shape_the_choice(inventory):
     assert "server" in plan_json(inventory, "--objective", "power", "--require", "server")["chosen"]
 
 
-def test_infeasible_request_names_the_constraint(inventory):
-    result = plan(inventory, "--objective", "edp", "--max-power", "0.5")
+def test_infeasible_request_names_the_constraint(inventory, graphed_profile):
+    result = plan(inventory, graphed_profile, "--objective", "edp", "--max-power", "0.5")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "power" in result.stderr.lower()
@@ -68,16 +82,16 @@ def test_infeasible_request_names_the_constraint(inventory):
     (("--require", "toaster"), "toaster"),
     (("--input-shape", "32x32"), "HxWxC"),
 ])
-def test_bad_input_is_one_line(inventory, args, needle):
-    result = plan(inventory, *args)
+def test_bad_input_is_one_line(inventory, graphed_profile, args, needle):
+    result = plan(inventory, graphed_profile, *args)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert needle in result.stderr
 
 
-def test_csv_and_plot(inventory, tmp_path):
+def test_csv_and_plot(inventory, graphed_profile, tmp_path):
     png = tmp_path / "pareto.png"
-    result = plan(inventory, "--format", "csv", "--plot", str(png))
+    result = plan(inventory, graphed_profile, "--format", "csv", "--plot", str(png))
     assert result.returncode == 0, result.stderr
     header = result.stdout.splitlines()[0]
     assert "time_s" in header and "energy_j" in header
@@ -101,7 +115,7 @@ def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
     assert set(planned.plan.chosen) <= set(DEVICES)
 
 
-def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
+def test_the_table_says_which_solo_rates_the_sets_revised(inventory, graphed_profile):
     """The planner revises a device's solo rate by what the calibration sets measured of it
     (planner/solo_rates.py); the user sees which, from what window rate to what rate, on the
     console and for every device in the JSON."""
@@ -113,7 +127,7 @@ def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
     used = FittedModels.fit(devices, runs, job).throughput.devices
     revised = [d.name for d, u in zip(devices, used) if abs(u.steps_per_s / d.steps_per_s - 1) >= REVISION_SHOWN_FROM]
     assert revised, "the recorded profile's sets should revise a solo rate"
-    result = plan(inventory, "--objective", "edp")
+    result = plan(inventory, graphed_profile, "--objective", "edp")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("solo rates revised")]
     assert len(lines) == 1
@@ -124,22 +138,14 @@ def test_the_table_says_which_solo_rates_the_sets_revised(inventory):
     assert [r["used_steps_per_s"] for r in rates] == pytest.approx([u.steps_per_s for u in used])
 
 
-def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inventory, tmp_path):
+def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inventory, graphed_profile):
     """Pre-training records the layer graph its memory plans were made on (Profile.memory_graph);
     planning from that profile adopts it for the same model, input shape and classes, so it builds
     no model and imports no TensorFlow (about 5 s of a 6 s re-plan on a 2-core host), and plans
     exactly as building the model would. Another input shape is another graph: that one is built."""
-    from hetcluster.memory.fit import graph_of
-
-    data = json.loads(PROFILE.read_text())
-    model = data["model"]
-    data["memory_graph"] = graph_of(model["name"], 1, tuple(model["input_shape"]), model["classes"]).to_dict()
-    profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps(data))
-
     def planned(*args: str) -> tuple[dict, bool]:
         command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
-                   "--model", "small_cnn", "--profile", str(profile), "--total-steps", "3000", "--objective", "edp",
+                   "--model", "small_cnn", "--profile", str(graphed_profile), "--total-steps", "3000", "--objective", "edp",
                    "--format", "json", *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -155,14 +161,14 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
     assert imported_tensorflow
 
 
-def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, tmp_path):
+def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, graphed_profile, tmp_path):
     """`cluster down` removes an emulated fleet's throwaway credentials. Planning from a profile needs
     no agent (the budgets are the inventory's; an agent it cannot ask leaves the device kind cpu),
     so it still plans, as it does with the credentials there; pre-training needs the agents, so
     without --profile the unreadable token file is one line."""
     down = write_inventory(tmp_path)
     (tmp_path / "token").unlink()
-    offline = plan(down, "--objective", "edp", "--format", "json")
+    offline = plan(down, graphed_profile, "--objective", "edp", "--format", "json")
     assert offline.returncode == 0, offline.stderr[-3000:]
     assert json.loads(offline.stdout)["configurations"] == plan_json(inventory, "--objective", "edp")["configurations"]
     command = [sys.executable, "-m", "hetcluster.cli.app", "plan", "--inventory", str(down), "--model", "small_cnn",
