@@ -22,7 +22,7 @@ from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
-TOTAL = 600  # long enough (~12 s at ~50 steps/s) for the ledger, rewritten every 5 s, to show progress before the end
+TOTAL = 300
 
 
 @pytest.fixture(scope="module")
