@@ -22,7 +22,7 @@ from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
-TOTAL = 300
+TOTAL = 300  # each strike waits for a checkpoint (every 40 steps): the last, 40 steps past the one Ctrl-C left, lands well before the end
 
 
 @pytest.fixture(scope="module")
