@@ -13,7 +13,9 @@ timed over a handful of steps past its warm-up), alone and against the fastest d
 recording (what moves a ranking between the fastest alone and the fastest with others); only
 devices whose trainings recorded their steady rate. And the whole job of the fastest device with
 its best partner (the pair whose trainings took the least time, mean over the rounds) against the
-fastest alone, predicted and trained: where a time choice between the two is decided.
+fastest alone, predicted and trained: where a time choice between the two is decided; and the
+same for every partner, since the best one, picked by the trainings it is scored against, is the
+one whose trainings happened to run fast (by whether the fastest device is the server).
 
     .venv/bin/python experiments/solo_rates.py [--from DIR ...]
 
@@ -102,7 +104,8 @@ def report(raw: Path) -> dict[str, Any]:
             ratios.append(ratio / measured - 1)
             lines.append(f"  {fastest.name}+{other.name} over {fastest.name} alone: predicted {ratio:.2f}, "
                          f"trained {measured:.2f} ({ratio / measured - 1:+.0%})")
-    best_pair = _best_pair_gain(data["configurations"], table, fastest.name)
+    pair_gains = _pair_gains(data["configurations"], table, fastest.name)
+    best_pair = min(pair_gains, key=lambda g: g[1]) if pair_gains else None
     if best_pair:
         partner, trained_gain, predicted_gain = best_pair
         lines.append(f"  whole job, {fastest.name}+{partner} over {fastest.name} alone: predicted {predicted_gain:+.2%}, "
@@ -111,23 +114,37 @@ def report(raw: Path) -> dict[str, Any]:
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
-            "ratio_errors": ratios, "others": others, "best_pair": best_pair, "spreads": spreads}
+            "ratio_errors": ratios, "others": others, "best_pair": best_pair, "pair_gains": pair_gains,
+            "fastest": fastest.name, "spreads": spreads}
 
 
-def _best_pair_gain(configurations: list[dict[str, Any]], table, fastest: str) -> tuple[str, float, float] | None:
-    """(partner, trained gain, predicted gain) of the fastest device's best pair by the trainings'
-    mean whole-job time; a gain is the pair's time over the fastest alone's, less one (negative:
-    the pair is faster). None without repeated trainings of the fastest alone and of a pair."""
+def _pair_gains(configurations: list[dict[str, Any]], table, fastest: str) -> list[tuple[str, float, float]]:
+    """(partner, trained gain, predicted gain) of every pair of the fastest device with another,
+    by the trainings' mean whole-job time; a gain is the pair's time over the fastest alone's, less
+    one (negative: the pair is faster). Empty without repeated trainings of the fastest alone."""
     trained = {frozenset(c["devices"]): statistics.fmean(m["time_s"] for m in c["repeats"])
                for c in configurations if c.get("repeats")}
     alone = frozenset([fastest])
-    pairs = [k for k in trained if len(k) == 2 and fastest in k]
-    if alone not in trained or not pairs:
-        return None
+    if alone not in trained:
+        return []
     predicted = {frozenset(row["devices"]): row["time_s"] for row in table.to_dict("records")}
-    best = min(pairs, key=trained.get)
-    [partner] = best - alone
-    return partner, trained[best] / trained[alone] - 1, predicted[best] / predicted[alone] - 1
+    pairs = sorted((k for k in trained if len(k) == 2 and fastest in k), key=sorted)
+    return [(next(iter(k - alone)), trained[k] / trained[alone] - 1, predicted[k] / predicted[alone] - 1) for k in pairs]
+
+
+def _gain_errors(label: str, reports: list[dict[str, Any]]) -> str | None:
+    """One line: predicted minus trained whole-job gain (points) of every partner of the fastest
+    device alone, then of the best partner and of the others apart, over ``reports``."""
+    every = [100 * (g[2] - g[1]) for r in reports for g in r["pair_gains"]]
+    if not every:
+        return None
+    best = [100 * (r["best_pair"][2] - r["best_pair"][1]) for r in reports if r["best_pair"]]
+    rest = [100 * (g[2] - g[1]) for r in reports for g in r["pair_gains"] if g is not r["best_pair"]]
+
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):+.2f} ({sum(v > 0 for v in values)} of {len(values)} above 0)" if values else "-"
+    return (f"every partner of the fastest alone, {label} (whole job), predicted minus trained gain in points: "
+            f"median {median(every)}; the best partner {median(best)}, the others {median(rest)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(faster)} of {len(gains)}, predicted faster in {sum(g[2] < 0 for g in faster)} of those and in "
               f"{sum(g[2] < 0 <= g[1] for g in gains)} where it was not; predicted minus trained: mean "
               f"{100 * statistics.fmean(differences):+.2f} points, median {100 * statistics.median(differences):+.2f}")
+    for label, server in (("the server fastest", True), ("a board fastest", False)):
+        line = _gain_errors(label, [r for r in reports if (r["fastest"] == "server") == server])
+        if line:
+            print(line)
     spreads = [s for r in reports for s in r["spreads"]]
     if spreads:
         window, revised, rounds = (math.sqrt(statistics.fmean(s[k] ** 2 for s in spreads)) for k in range(3))

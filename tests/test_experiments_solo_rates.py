@@ -44,3 +44,17 @@ def test_the_fastest_devices_best_partner_is_scored_on_the_whole_job():
     assert partner == "jetson-xavier"
     assert trained == pytest.approx(-0.0423, abs=0.001)
     assert -0.09 < predicted < -0.03 and predicted != pytest.approx(trained, abs=0.005)
+
+
+def test_every_partner_of_the_fastest_is_scored_and_the_best_is_one_of_them():
+    """The best partner is picked by the trainings it is scored against; every partner's error is
+    kept beside it so the summary can tell that selection from a bias of the planner."""
+    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    report = solo_rates.report(raw)
+    gains = report["pair_gains"]
+    assert report["fastest"] == "server"
+    assert sorted(g[0] for g in gains) == ["jetson-nano", "jetson-xavier"]
+    assert report["best_pair"] in gains and report["best_pair"][1] == min(g[1] for g in gains)
+    line = solo_rates._gain_errors("the server fastest", [report])
+    assert "of 2 above 0" in line and "the best partner" in line and "the others" in line
+    assert solo_rates._gain_errors("a board fastest", []) is None
