@@ -115,7 +115,9 @@ def report(raw: Path) -> dict[str, Any]:
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
             "ratio_errors": ratios, "others": others, "best_pair": best_pair, "pair_gains": pair_gains,
-            "fastest": fastest.name, "spreads": spreads}
+            # the fastest device's class (a 'server*2' fleet names its members server-1, server-2);
+            # profiles recorded before device_class carry none: the name is the class then
+            "fastest_class": fastest.device_class or fastest.name, "spreads": spreads}
 
 
 def _pair_gains(configurations: list[dict[str, Any]], table, fastest: str) -> list[tuple[str, float, float]]:
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(g[2] < 0 <= g[1] for g in gains)} where it was not; predicted minus trained: mean "
               f"{100 * statistics.fmean(differences):+.2f} points, median {100 * statistics.median(differences):+.2f}")
     for label, server in (("the server fastest", True), ("a board fastest", False)):
-        line = _gain_errors(label, [r for r in reports if (r["fastest"] == "server") == server])
+        line = _gain_errors(label, [r for r in reports if (r["fastest_class"] == "server") == server])
         if line:
             print(line)
     spreads = [s for r in reports for s in r["spreads"]]
