@@ -204,3 +204,29 @@ def psutil_children(pid: int) -> list:
     import psutil
 
     return psutil.Process(pid).children(recursive=True)
+
+
+def test_emulated_carries_cpu_above_the_share_into_the_next_read(tmp_path: Path) -> None:
+    """A quota's period straddling two reads: 2x the share in one, nothing in the next. Clipped read
+    by read the device would average u = 0.5; with the excess carried it is busy in both."""
+    stat = tmp_path / "cpu.stat"
+    usage_us = 1_000_000
+    stat.write_text(f"usage_usec {usage_us}\n")
+    clock = FakeClock()
+    source = EmulatedPowerSource(0.0, 1.0, compute_share=0.3, cgroup_dir=tmp_path, clock=clock)
+    reads = []
+    for burst in (True, False) * 5:
+        usage_us += 60_000 if burst else 0  # 0.06 s of CPU in 0.1 s of a 0.3-core share: 2x
+        stat.write_text(f"usage_usec {usage_us}\n")
+        clock.now_s += 0.1
+        reads.append(source.read().utilization)
+    assert reads == pytest.approx([1.0] * 10)
+    # the carry is bounded: a long-past burst does not keep an idle device busy
+    usage_us += 3_000_000
+    stat.write_text(f"usage_usec {usage_us}\n")
+    clock.now_s += 0.1
+    assert source.read().utilization == 1.0
+    clock.now_s += 1.0
+    assert source.read().utilization == pytest.approx(0.06 / 0.3)  # at most 0.2 s of the share
+    clock.now_s += 1.0
+    assert source.read().utilization == 0.0

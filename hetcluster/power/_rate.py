@@ -25,6 +25,7 @@ class CounterRate:
         self._last_total = total
         self._last_s = clock()
         self.rate = 0.0
+        self.interval_s = 0.0  # the interval the last update measured over (0: it kept the previous rate)
 
     def wait_min_interval(self) -> None:
         """Sleep (once, at most MIN_INTERVAL_S) when called too soon after the previous update."""
@@ -39,6 +40,7 @@ class CounterRate:
         """
         now_s = self._clock()
         interval_s = now_s - self._last_s
+        self.interval_s = max(0.0, interval_s)
         if interval_s > 0:
             self.rate = (total - self._last_total) / interval_s
             self._last_s = now_s
