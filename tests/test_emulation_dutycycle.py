@@ -24,6 +24,20 @@ LATE_CHILD = (
 )
 
 
+# SIGTERM lands while the supervisor's loop sits in its stop flag's wait holding the flag's lock (if
+# it has one: threading.Event does, and a handler calling its set() then waits forever on a lock its
+# own thread holds — seen once, a supervisor asleep on that futex after SIGTERM).
+SIGNAL_INSIDE_WAIT = (
+    "import contextlib, os, signal\n"
+    "from hetcluster.emulation.dutycycle import stop_on_signals\n"
+    "stop = stop_on_signals()\n"
+    "with getattr(stop, '_cond', contextlib.nullcontext()):\n"
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    for _ in range(1000):\n"
+    "        pass\n"
+    "print(stop.is_set())\n"
+)
+
 def _tree_cpu_s(root: psutil.Process) -> float:
     total = 0.0
     for process in [root, *root.children(recursive=True)]:
@@ -74,3 +88,9 @@ def test_supervisor_exits_when_its_process_is_gone():
 
 def test_full_share_needs_no_supervisor():
     assert DutyCycler().start(1, 1.0) is None
+
+
+def test_supervisor_signal_handler_needs_no_lock_its_loop_may_hold():
+    done = subprocess.run([sys.executable, "-c", SIGNAL_INSIDE_WAIT], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"

@@ -66,8 +66,41 @@ def _tree_cpu_s(tree: list[psutil.Process]) -> float:
     return total
 
 
+class SignalStop:
+    """A stop flag that a signal handler may set: ``set`` takes no lock.
+
+    ``threading.Event.set`` takes the event's lock, and Python runs a signal handler in the main
+    thread between two bytecodes — possibly while that thread's own ``Event.wait`` holds the lock,
+    so the handler would wait forever on it (a supervisor once slept on that futex after SIGTERM
+    until it was killed). ``wait`` sleeps the whole timeout (a signal does not shorten it), so a
+    stop takes effect within one duty-cycle window.
+    """
+
+    def __init__(self) -> None:
+        self._stopped = False
+
+    def set(self, *_signal_args: object) -> None:
+        self._stopped = True
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def wait(self, timeout_s: float) -> bool:
+        if not self._stopped and timeout_s > 0:
+            time.sleep(timeout_s)
+        return self._stopped
+
+
+def stop_on_signals() -> SignalStop:
+    """A SignalStop set by SIGTERM and SIGINT (the handlers are installed here)."""
+    stop = SignalStop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop.set)
+    return stop
+
+
 def run_duty_cycle(root_pid: int, duty: float, period_s: float = DEFAULT_PERIOD_S,
-                   stop: threading.Event | None = None) -> None:
+                   stop: threading.Event | SignalStop | None = None) -> None:
     """Alternate SIGCONT and SIGSTOP on the tree of root_pid until it exits or ``stop`` is set.
 
     The run window is stretched by the CPU time the tree fell short of ``duty`` in the previous
@@ -144,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period-s", type=float, default=DEFAULT_PERIOD_S)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s dutycycle[%(process)d]: %(message)s")
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         os.nice(-5)  # a late SIGSTOP lets the tree run over its share; ask to be scheduled promptly
     except OSError:
