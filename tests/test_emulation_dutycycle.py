@@ -38,6 +38,7 @@ SIGNAL_INSIDE_WAIT = (
     "print(stop.is_set())\n"
 )
 
+
 def _tree_cpu_s(root: psutil.Process) -> float:
     total = 0.0
     for process in [root, *root.children(recursive=True)]:
