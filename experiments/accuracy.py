@@ -224,12 +224,12 @@ def plot_predicted_vs_measured(configs: pd.DataFrame, path: Path) -> Path:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    """Atomic PNG write (temp file + os.replace)."""
+    """Atomic write (temp file + os.replace), in the format of the path's suffix."""
     import matplotlib.pyplot as plt
 
-    from hetcluster.fileio import write_atomic
+    from hetcluster.fileio import write_figure_atomic
 
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    write_figure_atomic(path, fig, dpi=110)
     plt.close(fig)
     return Path(path)

@@ -81,6 +81,9 @@ def test_infeasible_request_names_the_constraint(inventory, graphed_profile):
     (("--objective", "speed"), "objective"),
     (("--require", "toaster"), "toaster"),
     (("--input-shape", "32x32"), "HxWxC"),
+    (("--batch-size", "64"), "measured for batch size 32, not 64. To fix: pass --batch-size 32"),
+    (("--input-shape", "64x64x3", "--classes", "100"), "To fix: pass --input-shape 32x32x3 --classes 10"),
+    (("--plot", "pareto.xyz"), "Cannot write a plot as .xyz"),
 ])
 def test_bad_input_is_one_line(inventory, graphed_profile, args, needle):
     result = plan(inventory, graphed_profile, *args)
@@ -96,6 +99,7 @@ def test_csv_and_plot(inventory, graphed_profile, tmp_path):
     header = result.stdout.splitlines()[0]
     assert "time_s" in header and "energy_j" in header
     assert png.stat().st_size > 1000
+    assert png.stat().st_mode & 0o777 == 0o644   # a plot is for reading, not a secret
 
 
 def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
@@ -142,10 +146,11 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
     """Pre-training records the layer graph its memory plans were made on (Profile.memory_graph);
     planning from that profile adopts it for the same model, input shape and classes, so it builds
     no model and imports no TensorFlow (about 5 s of a 6 s re-plan on a 2-core host), and plans
-    exactly as building the model would. Another input shape is another graph: that one is built."""
-    def planned(*args: str) -> tuple[dict, bool]:
+    exactly as building the model would. A profile without the graph (older ones) builds the model;
+    a job of another input shape is not this profile's job at all (one-line error)."""
+    def planned(profile: Path, *args: str) -> tuple[dict, bool]:
         command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
-                   "--model", "small_cnn", "--profile", str(graphed_profile), "--total-steps", "3000", "--objective", "edp",
+                   "--model", "small_cnn", "--profile", str(profile), "--total-steps", "3000", "--objective", "edp",
                    "--format", "json", *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -153,12 +158,15 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
         assert imported, "-X importtime wrote no import lines"
         return json.loads(result.stdout), any(line.split("|")[-1].strip() == "tensorflow" for line in imported)
 
-    adopted, imported_tensorflow = planned()
+    adopted, imported_tensorflow = planned(graphed_profile)
     assert not imported_tensorflow
-    assert adopted["configurations"] == plan_json(inventory, "--objective", "edp")["configurations"]
-    assert all(row["memory_fits"] for row in adopted["configurations"])
-    _, imported_tensorflow = planned("--input-shape", "16x16x3")
+    built, imported_tensorflow = planned(PROFILE)
     assert imported_tensorflow
+    assert adopted["configurations"] == built["configurations"]
+    assert all(row["memory_fits"] for row in adopted["configurations"])
+    other_shape = plan(inventory, graphed_profile, "--input-shape", "16x16x3")
+    assert other_shape.returncode != 0 and "Traceback" not in other_shape.stderr
+    assert "measured for input shape 32x32x3, not 16x16x3" in other_shape.stderr
 
 
 def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, graphed_profile, tmp_path):

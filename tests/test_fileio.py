@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from hetcluster.fileio import write_atomic, write_json_atomic, write_text_atomic
+from hetcluster.errors import ConfigError
+from hetcluster.fileio import check_writable, figure_format, write_atomic, write_figure_atomic, write_json_atomic, write_text_atomic
 
 
 def test_write_replaces_content(tmp_path):
@@ -33,3 +34,30 @@ def test_failed_write_keeps_old_file(tmp_path):
 def test_json_handles_numpy(tmp_path):
     target = write_json_atomic(tmp_path / "r.json", {"x": np.float64(1.5), "v": np.arange(3)})
     assert json.loads(target.read_text()) == {"x": 1.5, "v": [0, 1, 2]}
+
+
+def test_a_folder_that_cannot_hold_the_file_is_a_config_error_not_an_oserror(tmp_path):
+    blocker = tmp_path / "report"
+    blocker.write_text("a file where a folder is wanted")
+    with pytest.raises(ConfigError, match="is not a folder"):
+        check_writable(blocker / "sub" / "pareto.png")
+    with pytest.raises(ConfigError, match=r"Cannot write .*pareto\.png"):
+        write_text_atomic(blocker / "sub" / "pareto.png", "x")
+
+
+def test_figures_are_written_in_their_suffix_format_and_readable(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    svg = write_figure_atomic(tmp_path / "a.svg", fig)
+    png = write_figure_atomic(tmp_path / "b", fig)
+    plt.close(fig)
+    assert b"<svg" in svg.read_bytes()[:400] and png.read_bytes()[:4] == b"\x89PNG"
+    assert svg.stat().st_mode & 0o777 == 0o644
+    assert figure_format(tmp_path / "c.JPG") == "jpg"
+    with pytest.raises(ConfigError, match=r"\.xyz"):
+        figure_format("plot.xyz")

@@ -46,6 +46,7 @@ def test_memplan_table_says_when_nothing_fits() -> None:
     (("--budget", "1GiB", "--device-kind", "tpu"), "device kind"),
     (("--budget", "1GiB", "--format", "xml"), "format"),
     (("--budget", "1GiB", "--input-shape", "32x32"), "HxWxC"),
+    (("--budget", "1GiB", "--plot", "memory.xyz"), "Cannot write a plot as .xyz"),
 ])
 def test_memplan_bad_input_is_one_line(args: tuple[str, ...], needle: str) -> None:
     result = run_cli("--model", "small_cnn", *args)

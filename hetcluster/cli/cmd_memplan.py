@@ -29,6 +29,7 @@ def memplan(
     output_format: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Choose the least intrusive memory plan (liveness, offload, recomputation) that fits the budget."""
+    from hetcluster.cli.job_options import check_plot
     from hetcluster.errors import ConfigError
     from hetcluster.memory.budget import parse_bytes
     from hetcluster.memory.cost import DEVICE_KINDS, Overheads
@@ -38,6 +39,7 @@ def memplan(
         raise ConfigError(f"Unknown format {output_format!r}.", hint="use --format table or --format json.")
     if device_kind not in DEVICE_KINDS:
         raise ConfigError(f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}.")
+    check_plot(plot)
     budget_bytes = parse_bytes(budget)
     shape = parse_input_shape(input_shape)
     check_model_input(model, shape)

@@ -49,6 +49,7 @@ def plan_command(
     """Choose which devices should train the job, for the objective and constraints."""
     from hetcluster.cli.signals import sigterm_as_interrupt
 
+    opt.check_plot(plot)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training (without --profile) stops the servers it started
         plan = make_plan(objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
                          batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,

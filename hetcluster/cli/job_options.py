@@ -75,6 +75,17 @@ def check_device_kind(device_kind: str | None) -> str | None:
     return device_kind
 
 
+def check_plot(plot: Path | None) -> Path | None:
+    """A --plot path: a format matplotlib writes, in a folder that can be written (checked before
+    pre-training, so a long run does not end in this error)."""
+    if plot is not None:
+        from hetcluster.fileio import check_writable, figure_format
+
+        figure_format(plot)
+        check_writable(plot)
+    return plot
+
+
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ConfigError(f"Unknown objective {objective!r}.", hint=f"use one of {', '.join(OBJECTIVES)}.")

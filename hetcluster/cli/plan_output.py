@@ -9,8 +9,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +184,7 @@ def plot_pareto(table: pd.DataFrame, chosen, path: str | Path, max_points: int =
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    from hetcluster.fileio import write_figure_atomic
     from hetcluster.planner import pareto_front
 
     path = Path(path)
@@ -216,13 +215,8 @@ def plot_pareto(table: pd.DataFrame, chosen, path: str | Path, max_points: int =
     ax.set_title("time vs energy per configuration")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
+        path = write_figure_atomic(path, fig, dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
     return path

@@ -102,14 +102,28 @@ def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Pat
 
     if profile is not None:
         loaded = load_profile(profile)
-        if loaded.model.get("name") not in (None, spec.name):
-            raise ProfileError(f"Profile {profile} was measured for model {loaded.model.get('name')!r}, not {spec.name!r}.",
-                               hint="pass the same --model, or pre-train again without --profile.")
+        check_profile_job(loaded, spec, profile)
         _adopt_memory_graph(loaded, spec)
         return loaded
     return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
                                         warmup_steps=warmup_steps, console=console, budgets=budgets,
                                         total_steps=total_steps)
+
+
+def check_profile_job(profile: Any, spec: Any, path: Path) -> None:
+    """A ProfileError unless the profile measured this job: its model, input shape, classes and
+    batch size (each step's time and power depend on all four; a field the profile lacks passes)."""
+    from hetcluster.errors import ProfileError
+
+    measured = profile.model
+    fields = (("model", "name", "--model", str), ("input shape", "input_shape", "--input-shape", lambda v: "x".join(map(str, v))),
+              ("classes", "classes", "--classes", str), ("batch size", "batch_size", "--batch-size", str))
+    wrong = [(what, flag, show(measured[key]), show(getattr(spec, key))) for what, key, flag, show in fields
+             if measured.get(key) is not None and show(measured[key]) != show(getattr(spec, key))]
+    if wrong:
+        raise ProfileError(f"Profile {path} was measured for {', '.join(f'{what} {was}' for what, _, was, _ in wrong)}, "
+                           f"not {', '.join(now for *_, now in wrong)}.",
+                           hint=f"pass {' '.join(f'{flag} {was}' for _, flag, was, _ in wrong)}, or pre-train again without --profile.")
 
 
 def _adopt_memory_graph(profile: Any, spec: Any) -> None:

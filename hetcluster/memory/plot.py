@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetcluster.fileio import write_atomic
+from hetcluster.fileio import write_figure_atomic
 from hetcluster.memory.plan import MemoryPlan
 
 _ORDER = ("baseline", "liveness", "liveness_offload", "liveness_offload_recompute",
@@ -34,7 +34,7 @@ def plot_timelines(plan: MemoryPlan, path: Path) -> Path:
     ax.legend(fontsize=7)
     fig.tight_layout()
     try:
-        path = write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format=Path(path).suffix.lstrip(".") or "png"))
+        path = write_figure_atomic(path, fig, dpi=110)
     finally:
         plt.close(fig)
     return path
