@@ -65,3 +65,15 @@ def test_a_non_positive_total_is_refused_before_pretraining(inventory, tmp_path,
     assert isinstance(result.exception, ConfigError)
     assert "--total-steps 0 must be positive" in str(result.exception)
     assert given_settings == []
+
+
+def test_negative_warmup_and_an_unwritable_workdir_are_refused_before_pretraining(inventory, tmp_path, given_settings):
+    from hetcluster.errors import ConfigError, ProfileError
+
+    result = profile(inventory, tmp_path / "job", "--warmup-steps", "-1")
+    assert isinstance(result.exception, ProfileError) and "--warmup-steps" in str(result.exception)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = profile(inventory, blocker / "job")
+    assert isinstance(result.exception, ConfigError) and "is not a folder" in str(result.exception)
+    assert given_settings == []

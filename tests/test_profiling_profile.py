@@ -46,6 +46,9 @@ def test_load_rejects_missing_and_malformed(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({"format_version": 99}))
     with pytest.raises(ProfileError, match="version"):
         load_profile(tmp_path / "old.json")
+    (tmp_path / "cluster.toml").write_text('[cluster]\nname = "x"\n')
+    with pytest.raises(ProfileError, match=r"cluster\.toml is malformed"):   # not "No profile at cluster.json"
+        load_profile(tmp_path / "cluster.toml")
 
 
 def test_planner_inputs():

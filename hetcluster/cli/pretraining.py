@@ -35,7 +35,10 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
 
+    from hetcluster.fileio import check_writable
+
     profile_path, checkpoint_dir = profile_paths(workdir)
+    check_writable(profile_path)   # before the runs, not after them
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names))
     plans: dict[frozenset, TrainingMemory] = {}

@@ -134,8 +134,10 @@ class PretrainSettings:
     ready_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ProfileError(f"warmup_steps={self.warmup_steps} (--warmup-steps) is negative.", hint="give 0 or more.")
         if self.steps_per_run < self.warmup_steps + 2:
-            raise ProfileError(f"steps_per_run={self.steps_per_run} leaves fewer than 2 measured steps after "
+            raise ProfileError(f"steps_per_run={self.steps_per_run} (--pretrain-steps) leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
         if min(self.min_window_s, self.max_window_s, self.warmup_s, self.opening_s) < 0:
             raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s}, "

@@ -169,7 +169,7 @@ def save_profile(profile: Profile, path: Path | str) -> tuple[Path, Path]:
 def load_profile(path: Path | str) -> Profile:
     """Read a profile from its JSON summary (a ``.parquet`` path is mapped to its ``.json``)."""
     base = Path(path)
-    json_path = base.with_suffix(".json") if base.suffix != ".json" else base
+    json_path = base.with_suffix(".json") if base.suffix == ".parquet" else base
     try:
         return Profile.from_dict(json.loads(json_path.read_text(encoding="utf-8")))
     except FileNotFoundError as exc:
