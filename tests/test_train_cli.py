@@ -55,3 +55,14 @@ def test_evaluate_rejects_zero_repeats(tmp_path):
                      "--out", str(tmp_path / "r.json"))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "--repeats" in result.stderr and len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_a_report_or_result_path_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for command in (("train", "--report"), ("evaluate", "--out")):
+        result = run_cli(command[0], "--inventory", str(_inventory(tmp_path)), "--workdir", str(tmp_path / "job"),
+                         command[1], str(blocker / "r.json"))
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "is not a folder" in lines[0], result.stderr   # not the unreachable agent

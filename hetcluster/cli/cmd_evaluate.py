@@ -83,6 +83,9 @@ def evaluate_command(
     names = parse_objectives(objectives)
     if repeats < 1:
         raise ConfigError(f"--repeats {repeats}: a configuration must be trained at least once.", hint="give --repeats 1 or more.")
+    from hetcluster.fileio import check_writable
+
+    check_writable(out)   # before the trainings, not after the first
     workdir = workdir.resolve()
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)

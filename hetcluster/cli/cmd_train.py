@@ -56,6 +56,10 @@ def train_command(
 
     if checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
+    if report is not None:
+        from hetcluster.fileio import check_writable
+
+        check_writable(report)   # before training, not after it
     console = make_console()
     workdir = workdir.resolve()
     with sigterm_as_interrupt():  # the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint
