@@ -87,7 +87,7 @@ def test_a_profile_named_more_than_once_is_that_many_numbered_identical_devices(
 
 
 @pytest.mark.parametrize("names, message", [
-    (["rpi4*0"], "has no count after"), (["rpi4*x"], "has no count after"), (["toaster*2"], "no device profile 'toaster'"),
+    (["rpi4*0"], "needs a count of 1 or more"), (["rpi4*x"], "needs a count of 1 or more"), (["toaster*2"], "no device profile 'toaster'"),
 ])
 def test_bad_device_counts_are_clear_errors(names, message):
     with pytest.raises(ConfigError, match=message):

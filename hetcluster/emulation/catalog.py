@@ -102,7 +102,7 @@ def _expand(entry: str) -> list[str]:
     if not star:
         return [entry]
     if not count.strip().isdigit() or int(count) < 1:
-        raise ConfigError(f"--devices entry {entry!r} has no count after '*'.", hint="write NAME*COUNT, e.g. rpi4*3.")
+        raise ConfigError(f"--devices entry {entry!r} needs a count of 1 or more after '*'.", hint="write NAME*COUNT, e.g. rpi4*3.")
     return [name.strip()] * int(count)
 
 
