@@ -14,6 +14,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
   summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
   accuracy.png, errors.png, predicted_vs_measured.png
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
+                      and foreign_cpu: CPU seconds other work took on the host, per 2-s bin (host_watch.py);
+                      raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--job-scale K]
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
 from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
+from host_watch import ForeignCpu, foreign_cpu_between  # noqa: E402
 
 log = logging.getLogger("choice_accuracy")
 
@@ -89,8 +92,10 @@ def scaled(settings: tuple[Setting, ...], job_scale: int) -> tuple[Setting, ...]
     return tuple(replace(s, total_steps=s.total_steps * job_scale) for s in settings)
 
 
-def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path, repeats: int = 1) -> dict[str, Any]:
-    """`hetcluster evaluate` for one model; returns its JSON with the wall time added to the setting."""
+def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: Path, repeats: int = 1,
+                   watch: ForeignCpu | None = None) -> dict[str, Any]:
+    """`hetcluster evaluate` for one model; returns its JSON with the wall time added to the setting,
+    and with ``watch``, the CPU seconds other work took on the host during its pre-training and after."""
     out = raw_dir / f"{setting.model}.json"
     shutil.rmtree(work_dir / setting.model, ignore_errors=True)  # pre-training would resume an old checkpoint
     started = time.monotonic()
@@ -100,11 +105,28 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
              "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out,
              "--repeats", repeats],
             raw_dir / "evaluate.log")
+    evaluation = read_json(out)
     record = {"setting": {**asdict(setting), "repeats": repeats, "wall_s": time.monotonic() - started,
                           "machine_after": machine_info()},
-              "evaluation": read_json(out)}
+              "evaluation": evaluation}
+    if watch is not None:
+        record["setting"]["foreign_cpu_s"] = foreign_cpu_of_phases(watch.record(), evaluation["profile"])
     write_json(raw_dir / f"{setting.model}.setting.json", record["setting"])
     return record
+
+
+def foreign_cpu_of_phases(watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0) -> dict[str, float]:
+    """Other work's CPU seconds during the evaluation's pre-training (its profile's last
+    pretrain_time_s before created_wall_s) and after it (the trainings, up to now); a warning when
+    the pre-training had more than ``warn_above_s``: its short windows read every rate low."""
+    end_s = profile["created_wall_s"]
+    phases = {"pretraining": foreign_cpu_between(watched, end_s - profile["pretrain_time_s"], end_s),
+              "trainings": foreign_cpu_between(watched, end_s, time.time())}
+    if phases["pretraining"] > warn_above_s:
+        heaviest = ", ".join(f"{h['command']} ({h['cpu_s']:.0f} s)" for h in watched["heaviest_foreign"][:3])
+        log.warning("other work took %.1f CPU s on this host during pre-training (heaviest over the run: %s): "
+                    "its rates read low; run nothing else beside a recording", phases["pretraining"], heaviest)
+    return {phase: round(cpu_s, 1) for phase, cpu_s in phases.items()}
 
 
 def collect(raw_dir: Path, settings: tuple[Setting, ...]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -204,18 +226,21 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
                "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
     work_dir = state_dir / "work"
     finished = []
+    watch = ForeignCpu(marker=str(state_dir.resolve()))
     try:
         if todo:
-            with emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
-                                log_path=raw_dir / "evaluate.log") as inventory:
+            with watch, emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
+                                       log_path=raw_dir / "evaluate.log") as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
                              setting.batch_size, setting.total_steps)
-                    evaluate_model(setting, inventory, raw_dir, work_dir, repeats)
+                    evaluate_model(setting, inventory, raw_dir, work_dir, repeats, watch)
                     finished.append(setting.model)
     finally:  # an interrupted run still records what it finished; rerunning the command resumes
         shutil.rmtree(work_dir, ignore_errors=True)  # checkpoints: large, and not results
         machine.update(after=machine_info(), models_finished=finished)
+        if todo:
+            machine["foreign_cpu"] = watch.record()
         write_json(out_dir / "machine.json", {"runs": previous_runs(out_dir / "machine.json") + [machine]})
 
 
