@@ -9,7 +9,9 @@ agents, started by `cluster up` and re-parented to init) with theirs. A process'
 reaped children too (user + system + children_user + children_system), so a short-lived child of
 ours is not taken for another's. What the host spent beyond ours in a bin is "foreign": other
 users' work, a test run, an analysis script (and the kernel's own threads, a fraction of a
-per cent). The record keeps every bin, the total and the heaviest foreign commands.
+per cent). The record keeps every bin, the total and the heaviest foreign commands, each by its
+own CPU time (init reaps every orphan, the fleet's agents too, and a shell its commands: counting
+reaped children there would count those twice).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ def _busy_s() -> float:
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
-def _cpu_s(process: psutil.Process) -> float:
+def _cpu_s(process: psutil.Process) -> tuple[float, float]:
+    """(its own CPU seconds, with its reaped children's)."""
     times = process.cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
+    own_s = times.user + times.system
+    return own_s, own_s + times.children_user + times.children_system
 
 
 class ForeignCpu:
@@ -42,7 +46,7 @@ class ForeignCpu:
         self.bins: list[tuple[float, float]] = []           # (end wall time, foreign CPU seconds)
         self._own_pid = os.getpid()
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
-        self._last: dict[tuple[int, float], float] = {}    # its CPU seconds at the last sample
+        self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
         self._foreign_by_command: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
@@ -96,12 +100,12 @@ class ForeignCpu:
                 command = " ".join(process.cmdline()[:3])[:120] or process.name()
             except psutil.Error:
                 continue
-            delta_s = cpu_s - self._last.get(key, 0.0 if not first else cpu_s)
+            last_own_s, last_with_children_s = self._last.get(key, (0.0, 0.0) if not first else cpu_s)
             seen[key] = cpu_s
             if ours:
-                ours_s += delta_s
-            elif delta_s > 0:
-                self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + delta_s
+                ours_s += cpu_s[1] - last_with_children_s
+            elif cpu_s[0] > last_own_s:   # its own: init reaps every orphan, ours too, and a shell its commands
+                self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + cpu_s[0] - last_own_s
         self._last = seen
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
         spent_s, self._last_busy_s = busy_s - self._last_busy_s, busy_s

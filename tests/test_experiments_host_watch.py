@@ -32,6 +32,8 @@ def test_foreign_cpu_counts_others_work_and_not_ours(tmp_path):
     record = watch.record()
     assert 1.0 < record["foreign_cpu_s"] < 2.6, record
     assert any("python" in h["command"] for h in record["heaviest_foreign"]), record
+    # by their own CPU: init, which reaped both detached spinners, does not count them again
+    assert sum(h["cpu_s"] for h in record["heaviest_foreign"]) < record["foreign_cpu_s"] + 0.5, record
     assert abs(sum(cpu_s for _, cpu_s in record["bins"]) - record["foreign_cpu_s"]) < 0.05
     whole = foreign_cpu_between(record, record["started_wall_s"], time.time())
     assert abs(whole - sum(cpu_s for _, cpu_s in record["bins"])) < 1e-6
