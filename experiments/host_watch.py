@@ -97,7 +97,6 @@ class ForeignCpu:
             try:
                 cpu_s = _cpu_s(process)
                 ours = self._is_ours(process, key, parents)
-                command = " ".join(process.cmdline()[:3])[:120] or process.name()
             except psutil.Error:
                 continue
             last_own_s, last_with_children_s = self._last.get(key, (0.0, 0.0) if not first else cpu_s)
@@ -105,11 +104,19 @@ class ForeignCpu:
             if ours:
                 ours_s += cpu_s[1] - last_with_children_s
             elif cpu_s[0] > last_own_s:   # its own: init reaps every orphan, ours too, and a shell its commands
-                self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + cpu_s[0] - last_own_s
+                self._add_foreign(process, cpu_s[0] - last_own_s)
         self._last = seen
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
         spent_s, self._last_busy_s = busy_s - self._last_busy_s, busy_s
         return 0.0 if first else max(spent_s - ours_s, 0.0)
+
+    def _add_foreign(self, process: psutil.Process, cpu_s: float) -> None:
+        """Credit ``cpu_s`` to the process's command (read only for the few foreign processes that ran)."""
+        try:
+            command = " ".join(process.cmdline()[:3])[:120] or process.name()
+        except psutil.Error:
+            return
+        self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + cpu_s
 
     def record(self) -> dict[str, Any]:
         heaviest = sorted(self._foreign_by_command.items(), key=lambda item: -item[1])[: self.top]

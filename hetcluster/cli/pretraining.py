@@ -31,11 +31,10 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
     """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
     trains under the memory plan training would give its devices (``memory.fit.training_memory``), so a
     device that plain TensorFlow does not fit is measured under its plan."""
+    from hetcluster.fileio import check_writable
     from hetcluster.memory.fit import TrainingMemory, training_memory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
-
-    from hetcluster.fileio import check_writable
 
     profile_path, checkpoint_dir = profile_paths(workdir)
     check_writable(profile_path)   # before the runs, not after them
