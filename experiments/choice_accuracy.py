@@ -16,6 +16,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
                       and foreign_cpu: CPU seconds other work took on the host, per 2-s bin (host_watch.py);
                       raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
+                      (interrupt_cpu_s and steal_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--job-scale K]
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
 from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
-from host_watch import ForeignCpu, foreign_cpu_between  # noqa: E402
+from host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between  # noqa: E402
 
 log = logging.getLogger("choice_accuracy")
 
@@ -110,23 +111,25 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
                           "machine_after": machine_info()},
               "evaluation": evaluation}
     if watch is not None:
-        record["setting"]["foreign_cpu_s"] = foreign_cpu_of_phases(watch.record(), evaluation["profile"])
+        record["setting"].update(host_cpu_of_phases(watch.record(), evaluation["profile"]))
     write_json(raw_dir / f"{setting.model}.setting.json", record["setting"])
     return record
 
 
-def foreign_cpu_of_phases(watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0) -> dict[str, float]:
-    """Other work's CPU seconds during the evaluation's pre-training (its profile's last
-    pretrain_time_s before created_wall_s) and after it (the trainings, up to now); a warning when
-    the pre-training had more than ``warn_above_s``: its short windows read every rate low."""
-    end_s = profile["created_wall_s"]
-    phases = {"pretraining": foreign_cpu_between(watched, end_s - profile["pretrain_time_s"], end_s),
-              "trainings": foreign_cpu_between(watched, end_s, time.time())}
-    if phases["pretraining"] > warn_above_s:
+def host_cpu_of_phases(watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0) -> dict[str, dict[str, float]]:
+    """The CPU seconds of other work (``foreign_cpu_s``), of interrupts (``interrupt_cpu_s``, mostly
+    the fleet's own loopback traffic) and stolen by the hypervisor (``steal_s``; host_watch.py),
+    each during the evaluation's pre-training (its profile's last pretrain_time_s before
+    created_wall_s) and after it (the trainings, up to now); a warning when the pre-training had
+    more than ``warn_above_s`` of other work: its short windows read every rate low."""
+    start_s, end_s, now_s = profile["created_wall_s"] - profile["pretrain_time_s"], profile["created_wall_s"], time.time()
+    phases = {TOTAL_KEYS[field]: {"pretraining": host_cpu_between(watched, start_s, end_s, field),
+                                  "trainings": host_cpu_between(watched, end_s, now_s, field)} for field in BIN_FIELDS}
+    if phases["foreign_cpu_s"]["pretraining"] > warn_above_s:
         heaviest = ", ".join(f"{h['command']} ({h['cpu_s']:.0f} s)" for h in watched["heaviest_foreign"][:3])
         log.warning("other work took %.1f CPU s on this host during pre-training (heaviest over the run: %s): "
-                    "its rates read low; run nothing else beside a recording", phases["pretraining"], heaviest)
-    return {phase: round(cpu_s, 1) for phase, cpu_s in phases.items()}
+                    "its rates read low; run nothing else beside a recording", phases["foreign_cpu_s"]["pretraining"], heaviest)
+    return {key: {phase: round(cpu_s, 1) for phase, cpu_s in by_phase.items()} for key, by_phase in phases.items()}
 
 
 def collect(raw_dir: Path, settings: tuple[Setting, ...]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

@@ -2,20 +2,33 @@
 
 The emulated devices share this host's cores, so anything else that runs during a recording —
 above all during its short pre-training windows — reads every rate low (docs/experiments.md).
-`ForeignCpu` samples, every ``interval_s``, the host's busy CPU time (psutil.cpu_times: all but
-idle and iowait) and the CPU time of the experiment's own processes: this process and its
+`ForeignCpu` samples, every ``interval_s``, the host's CPU time (psutil.cpu_times: in processes,
+in interrupts, stolen) and the CPU time of the experiment's own processes: this process and its
 descendants, and every process whose command line holds ``marker`` (the fleet's state dir: the
 agents, started by `cluster up` and re-parented to init) with theirs. A process's CPU counts its
 reaped children too (user + system + children_user + children_system), so a short-lived child of
-ours is not taken for another's. What the host spent beyond ours in a bin is "foreign": other
-users' work, a test run, an analysis script (and the kernel's own threads, a fraction of a
-per cent). The record keeps every bin, the total and the heaviest foreign commands, each by its
-own CPU time (init reaps every orphan, the fleet's agents too, and a shell its commands: counting
-reaped children there would count those twice).
+ours is not taken for another's; when a process of ours ends and a parent of ours reaps it, what
+the earlier samples counted of it comes off again (the parent's children time now holds all of
+it). Until 2026-11-29 evening it did not: the bin where a TF server of ours ended counted that
+server twice and lost the bin's other work, so the foreign figures recorded until then are
+under-counts, over a recording's trainings by several seconds (densenet121-xtn: 18.0 s in all
+where its heaviest other commands alone took 25.5), during a pre-training — whose TF servers
+stay up until its end — by the few bins where one of its runs' clients ended. What processes spent beyond ours in a bin (user, nice and
+system time) is "foreign": other users' work, a test run, an analysis script, and the kernel's
+own threads (kdamond, ksoftirqd: a fraction of a per cent). Interrupt time (irq and softirq) is
+charged to no process, and most of it is the fleet's own traffic — gRPC and the parameter
+server over loopback are served in softirq, about 0.04 s per second of a pre-training on this
+host (/proc/stat, 2026-11-29) — so it is kept apart (``interrupts``), as is the time the hypervisor
+gave to other guests (``steal``); before they were, a four-device pre-training of 210 s
+read 5.1 s "foreign" with nothing else running. The record keeps every bin ([end, foreign,
+interrupts, steal]), the totals and the heaviest foreign commands, each by its own CPU time
+(init reaps every orphan, the fleet's agents too, and a shell its commands: counting reaped
+children there would count those twice).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,9 +37,16 @@ from typing import Any
 import psutil
 
 
-def _busy_s() -> float:
+BIN_FIELDS = ("foreign", "interrupts", "steal")   # a bin: [end wall time, *these in CPU seconds]
+TOTAL_KEYS = {"foreign": "foreign_cpu_s", "interrupts": "interrupt_cpu_s", "steal": "steal_s"}  # each field's total in a record
+
+
+def _host_s() -> tuple[float, float, float]:
+    """The host's CPU seconds so far: (in processes, in interrupts, stolen by the hypervisor). Linux
+    counts guest time inside user time, so it is not added again."""
     times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    process_s = times.user + getattr(times, "nice", 0.0) + times.system
+    return process_s, getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0), getattr(times, "steal", 0.0)
 
 
 def _cpu_s(process: psutil.Process) -> tuple[float, float]:
@@ -43,18 +63,19 @@ class ForeignCpu:
     def __init__(self, marker: str, interval_s: float = 2.0, top: int = 5) -> None:
         self.marker, self.interval_s, self.top = marker, interval_s, top
         self.started_wall_s = time.time()
-        self.bins: list[tuple[float, float]] = []           # (end wall time, foreign CPU seconds)
+        self.bins: list[tuple[float, float, float, float]] = []   # (end wall time, *BIN_FIELDS)
         self._own_pid = os.getpid()
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
+        self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # an ours process's parent then
         self._foreign_by_command: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
-        self._last_busy_s = 0.0
+        self._last_host_s = (0.0, 0.0, 0.0)
 
     def __enter__(self) -> "ForeignCpu":
         self.started_wall_s = time.time()
-        self._last_busy_s = _busy_s()
+        self._last_host_s = _host_s()
         self._sample(first=True)
         self._thread.start()
         return self
@@ -69,7 +90,7 @@ class ForeignCpu:
             self._add_bin()
 
     def _add_bin(self) -> None:
-        self.bins.append((time.time(), self._sample()))
+        self.bins.append((time.time(), *self._sample()))
 
     def _is_ours(self, process: psutil.Process, key: tuple[int, float], parents: dict[int, tuple[int, float]]) -> bool:
         if key not in self._ours:
@@ -81,9 +102,10 @@ class ForeignCpu:
             self._ours[key] = key[0] == self._own_pid or marked or bool(parent and self._ours.get(parent))
         return self._ours[key]
 
-    def _sample(self, first: bool = False) -> float:
-        """Foreign CPU seconds since the previous sample (0 for the first, which sets the baselines)."""
-        busy_s = _busy_s()
+    def _sample(self, first: bool = False) -> tuple[float, float, float]:
+        """(foreign, interrupt, stolen) CPU seconds since the previous sample (zeros for the first,
+        which sets the baselines)."""
+        host_s = _host_s()
         processes = []
         for process in psutil.process_iter():
             try:
@@ -92,7 +114,7 @@ class ForeignCpu:
                 continue
         parents = {key[0]: key for _, key in processes}
         ours_s = 0.0
-        seen = {}
+        seen, parent_of = {}, {}
         for process, key in sorted(processes, key=lambda item: item[1][1]):   # parents before their children
             try:
                 cpu_s = _cpu_s(process)
@@ -103,12 +125,23 @@ class ForeignCpu:
             seen[key] = cpu_s
             if ours:
                 ours_s += cpu_s[1] - last_with_children_s
+                with contextlib.suppress(psutil.Error):
+                    parent_of[key] = parents.get(process.ppid())
             elif cpu_s[0] > last_own_s:   # its own: init reaps every orphan, ours too, and a shell its commands
                 self._add_foreign(process, cpu_s[0] - last_own_s)
-        self._last = seen
+        # A process of ours that ended and was reaped by a parent of ours: the parent's children
+        # time now holds its whole CPU, of which what the earlier samples counted comes off again.
+        for key, (_, last_with_children_s) in self._last.items():
+            parent = self._parent_of.get(key)
+            if key not in seen and self._ours.get(key) and parent in seen and self._ours.get(parent):
+                ours_s -= last_with_children_s
+        self._last, self._parent_of = seen, parent_of
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
-        spent_s, self._last_busy_s = busy_s - self._last_busy_s, busy_s
-        return 0.0 if first else max(spent_s - ours_s, 0.0)
+        process_s, interrupt_s, steal_s = (now - last for now, last in zip(host_s, self._last_host_s))
+        self._last_host_s = host_s
+        if first:
+            return 0.0, 0.0, 0.0
+        return max(process_s - ours_s, 0.0), interrupt_s, steal_s
 
     def _add_foreign(self, process: psutil.Process, cpu_s: float) -> None:
         """Credit ``cpu_s`` to the process's command (read only for the few foreign processes that ran)."""
@@ -120,16 +153,19 @@ class ForeignCpu:
 
     def record(self) -> dict[str, Any]:
         heaviest = sorted(self._foreign_by_command.items(), key=lambda item: -item[1])[: self.top]
-        return {"started_wall_s": self.started_wall_s, "interval_s": self.interval_s,
-                "foreign_cpu_s": round(sum(cpu_s for _, cpu_s in self.bins), 2),
-                "bins": [[round(end_s, 2), round(cpu_s, 3)] for end_s, cpu_s in self.bins],
+        totals = {TOTAL_KEYS[field]: round(sum(b[1 + i] for b in self.bins), 2) for i, field in enumerate(BIN_FIELDS)}
+        return {"started_wall_s": self.started_wall_s, "interval_s": self.interval_s, **totals,
+                "bins": [[round(end_s, 2), *(round(x, 3) for x in rest)] for end_s, *rest in self.bins],
                 "heaviest_foreign": [{"command": c, "cpu_s": round(s, 2)} for c, s in heaviest]}
 
 
-def foreign_cpu_between(record: dict[str, Any], start_wall_s: float, end_wall_s: float) -> float:
-    """Foreign CPU seconds of a ForeignCpu record within [start, end] (bins cut in proportion)."""
+def host_cpu_between(record: dict[str, Any], start_wall_s: float, end_wall_s: float, field: str = "foreign") -> float:
+    """A ForeignCpu record's CPU seconds of ``field`` (one of BIN_FIELDS) within [start, end], bins
+    cut in proportion (0 for a field a record from before it was kept does not have)."""
+    column = 1 + BIN_FIELDS.index(field)
     total, bin_start = 0.0, record["started_wall_s"]
-    for bin_end, cpu_s in record["bins"]:
+    for values in record["bins"]:
+        bin_end, cpu_s = values[0], (values[column] if len(values) > column else 0.0)
         overlap = min(bin_end, end_wall_s) - max(bin_start, start_wall_s)
         if overlap > 0 and bin_end > bin_start:
             total += cpu_s * overlap / (bin_end - bin_start)

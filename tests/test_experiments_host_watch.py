@@ -1,17 +1,21 @@
 """experiments/host_watch.py: CPU spent on the host outside an experiment is counted, the
-experiment's own (its children, and detached processes carrying its marker) is not."""
+experiment's own (its children, once each, and detached processes carrying its marker) is not,
+and interrupt and stolen time are kept apart from it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
-from host_watch import ForeignCpu, foreign_cpu_between  # noqa: E402
+import choice_accuracy  # noqa: E402
+import host_watch  # noqa: E402
+from host_watch import ForeignCpu, host_cpu_between  # noqa: E402
 
 SPIN = "import sys, time\nwhile time.process_time() < {cpu_s}: pass\n"
 
@@ -34,14 +38,62 @@ def test_foreign_cpu_counts_others_work_and_not_ours(tmp_path):
     assert any("python" in h["command"] for h in record["heaviest_foreign"]), record
     # by their own CPU: init, which reaped both detached spinners, does not count them again
     assert sum(h["cpu_s"] for h in record["heaviest_foreign"]) < record["foreign_cpu_s"] + 0.5, record
-    assert abs(sum(cpu_s for _, cpu_s in record["bins"]) - record["foreign_cpu_s"]) < 0.05
-    whole = foreign_cpu_between(record, record["started_wall_s"], time.time())
-    assert abs(whole - sum(cpu_s for _, cpu_s in record["bins"])) < 1e-6
-    assert foreign_cpu_between(record, 0.0, record["started_wall_s"]) == 0.0
+    assert abs(sum(b[1] for b in record["bins"]) - record["foreign_cpu_s"]) < 0.05
+    whole = host_cpu_between(record, record["started_wall_s"], 1e12)   # a bin end is rounded: up to 5 ms past now
+    assert abs(whole - sum(b[1] for b in record["bins"])) < 1e-6
+    assert host_cpu_between(record, 0.0, record["started_wall_s"]) == 0.0
 
 
-def test_foreign_cpu_between_cuts_bins_in_proportion():
+def test_host_cpu_between_cuts_bins_in_proportion():
     record = {"started_wall_s": 100.0, "interval_s": 2.0, "bins": [[102.0, 1.0], [104.0, 3.0], [106.0, 0.0]]}
-    assert foreign_cpu_between(record, 101.0, 103.0) == 0.5 + 1.5
-    assert foreign_cpu_between(record, 0.0, 1e9) == 4.0
-    assert foreign_cpu_between(record, 104.0, 106.0) == 0.0
+    assert host_cpu_between(record, 101.0, 103.0) == 0.5 + 1.5
+    assert host_cpu_between(record, 0.0, 1e9) == 4.0
+    assert host_cpu_between(record, 104.0, 106.0) == 0.0
+
+
+def test_interrupt_and_stolen_time_is_kept_apart_from_other_work(monkeypatch):
+    """Interrupt time is charged to no process (most of it the fleet's own loopback traffic) and
+    steal is another guest's: a host whose only extra time is those reads no other work."""
+    CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+    ticks = iter(range(10**6))
+
+    def cpu_times():   # only interrupts (0.1 s) and steal (0.05 s) grow, with guest time inside user
+        n = next(ticks)
+        return CpuTimes(100.0, 0.0, 50.0, 1000.0 + n, 0.0, 1.0, 2.0 + 0.1 * n, 0.05 * n, 7.0, 0.0)
+
+    monkeypatch.setattr(host_watch.psutil, "cpu_times", cpu_times)
+    with ForeignCpu("no-such-marker", interval_s=0.1) as watch:
+        time.sleep(0.6)
+    record = watch.record()
+    samples = len(record["bins"])
+    assert record["foreign_cpu_s"] == 0.0, record
+    assert abs(record["interrupt_cpu_s"] - 0.1 * samples) < 1e-6 and abs(record["steal_s"] - 0.05 * samples) < 1e-6
+    assert abs(host_cpu_between(record, 0.0, 1e12, "interrupts") - record["interrupt_cpu_s"]) < 1e-6
+    old_record = {"started_wall_s": 100.0, "interval_s": 2.0, "bins": [[102.0, 1.0]]}   # before interrupts were kept
+    assert host_cpu_between(old_record, 0.0, 1e9, "interrupts") == 0.0
+
+
+def test_a_child_of_ours_that_ends_is_not_counted_twice():
+    """A child sampled while it runs, then reaped: its parent's children time takes all of its CPU;
+    counted twice, the bin it ended in would lose the other work beside it (clipped at 0)."""
+    with ForeignCpu("no-such-marker", interval_s=1.0) as watch:
+        detached(SPIN.format(cpu_s=3.0))                        # someone else's, past our child's end
+        child = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu_s=2.0)])  # ours, over two bins
+        child.wait(timeout=60)
+        time.sleep(2.0)
+    record = watch.record()
+    assert 2.6 < record["foreign_cpu_s"] < 4.0, record
+
+
+def test_phases_report_other_work_apart_from_interrupts_and_steal(caplog):
+    """A recording's setting gets each kind per phase; only other work warns about a pre-training."""
+    record = {"started_wall_s": 100.0, "interval_s": 2.0, "heaviest_foreign": [],
+              "bins": [[102.0, 0.0, 4.0, 0.5], [104.0, 0.0, 4.0, 0.5], [106.0, 1.0, 0.2, 0.0]]}
+    profile = {"created_wall_s": 104.0, "pretrain_time_s": 4.0}
+    phases = choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)
+    assert phases["foreign_cpu_s"]["pretraining"] == 0.0 and phases["interrupt_cpu_s"]["pretraining"] == 8.0
+    assert phases["steal_s"]["pretraining"] == 1.0 and phases["foreign_cpu_s"]["trainings"] == 1.0
+    assert "other work" not in caplog.text   # 8 s of interrupts during pre-training: no warning
+    record["bins"][0][1] = 6.0
+    choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)
+    assert "other work took 6.0 CPU s" in caplog.text
