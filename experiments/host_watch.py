@@ -2,28 +2,31 @@
 
 The emulated devices share this host's cores, so anything else that runs during a recording —
 above all during its short pre-training windows — reads every rate low (docs/experiments.md).
-`ForeignCpu` samples, every ``interval_s``, the host's CPU time (psutil.cpu_times: in processes,
-in interrupts, stolen) and the CPU time of the experiment's own processes: this process and its
-descendants, and every process whose command line holds ``marker`` (the fleet's state dir: the
-agents, started by `cluster up` and re-parented to init) with theirs. A process's CPU counts its
-reaped children too (user + system + children_user + children_system), so a short-lived child of
-ours is not taken for another's; when a process of ours ends and a parent of ours reaps it, what
-the earlier samples counted of it comes off again (the parent's children time now holds all of
-it). Until 2026-11-29 evening it did not: the bin where a TF server of ours ended counted that
-server twice and lost the bin's other work, so the foreign figures recorded until then are
-under-counts, over a recording's trainings by several seconds (densenet121-xtn: 18.0 s in all
-where its heaviest other commands alone took 25.5), during a pre-training — whose TF servers
-stay up until its end — by the few bins where one of its runs' clients ended. What processes spent beyond ours in a bin (user, nice and
-system time) is "foreign": other users' work, a test run, an analysis script, and the kernel's
-own threads (kdamond, ksoftirqd: a fraction of a per cent). Interrupt time (irq and softirq) is
-charged to no process, and most of it is the fleet's own traffic — gRPC and the parameter
-server over loopback are served in softirq, about 0.04 s per second of a pre-training on this
-host (/proc/stat, 2026-11-29) — so it is kept apart (``interrupts``), as is the time the hypervisor
-gave to other guests (``steal``); before they were, a four-device pre-training of 210 s
-read 5.1 s "foreign" with nothing else running. The record keeps every bin ([end, foreign,
-interrupts, steal]), the totals and the heaviest foreign commands, each by its own CPU time
-(init reaps every orphan, the fleet's agents too, and a shell its commands: counting reaped
-children there would count those twice).
+`ForeignCpu` samples, every ``interval_s``, the host's CPU time (psutil.cpu_times) and that of the
+experiment's own processes: this process and its descendants, and every process whose command
+line holds ``marker`` (the fleet's state dir: the agents, started by `cluster up` and re-parented
+to init) with theirs.
+
+- **foreign**: what processes spent (user, nice and system time) beyond ours — other users' work,
+  a test run, an analysis script, and the kernel's own threads (kdamond, ksoftirqd: a fraction of
+  a per cent). A process of ours counts its reaped children too (user + system + children_user +
+  children_system), so a short-lived child of ours is not taken for another's; when one of ours
+  that earlier samples saw ends and a parent of ours reaps it, what they counted comes off again
+  (the parent's children time now holds all of it). The heaviest foreign commands are kept, each
+  by its own CPU time (init reaps every orphan, the fleet's agents too, and a shell its commands:
+  counting reaped children there would count those twice).
+- **interrupts** (irq and softirq): charged to no process, and mostly the fleet's own traffic —
+  gRPC and the parameter server over loopback are served in softirq, about 0.04 s per second of a
+  pre-training here and none on the idle host (/proc/stat, 2026-11-29).
+- **steal**: time the hypervisor gave to other guests.
+
+The record keeps every bin ([end wall time, foreign, interrupts, steal]) and the totals. Until
+2026-11-29 evening interrupts counted as foreign (a four-device pre-training of 210 s read 5.1 s
+with nothing else running), and a reaped server of ours was counted twice, which lost its bin's
+other work: the foreign figures recorded before then are under-counts over a recording's
+trainings (densenet121-xtn: 18.0 s in all, interrupts included, where its five heaviest other
+commands alone took 26.5), and during a pre-training, whose TF servers stay up to its end, by the
+few bins where one of its runs' clients ended.
 """
 
 from __future__ import annotations
