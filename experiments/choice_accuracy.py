@@ -14,7 +14,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
   summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
   accuracy.png, errors.png, predicted_vs_measured.png
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
-                      and foreign_cpu: CPU seconds other work took on the host, per 2-s bin (host_watch.py);
+                      and foreign_cpu: CPU seconds other work took on the host, per 2-s bin, with the
+                      host's interrupt and stolen seconds beside them (host_watch.py);
                       raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
                       (interrupt_cpu_s and steal_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output

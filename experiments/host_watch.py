@@ -40,8 +40,8 @@ from typing import Any
 import psutil
 
 
-BIN_FIELDS = ("foreign", "interrupts", "steal")   # a bin: [end wall time, *these in CPU seconds]
 TOTAL_KEYS = {"foreign": "foreign_cpu_s", "interrupts": "interrupt_cpu_s", "steal": "steal_s"}  # each field's total in a record
+BIN_FIELDS = tuple(TOTAL_KEYS)   # a bin: [end wall time, *these in CPU seconds]
 
 
 def _host_s() -> tuple[float, float, float]:
