@@ -15,7 +15,10 @@ devices whose trainings recorded their steady rate. And the whole job of the fas
 its best partner (the pair whose trainings took the least time, mean over the rounds) against the
 fastest alone, predicted and trained: where a time choice between the two is decided; and the
 same for every partner, since the best one, picked by the trainings it is scored against, is the
-one whose trainings happened to run fast (by whether the fastest device is the server).
+one whose trainings happened to run fast (by whether the fastest device is the server). And, for
+profiles that keep each solo window's step completions (``solo_window_ends_s``) and windows of
+more than FEW_WINDOW_STEPS steps, the same run read over its first SHORT_WINDOW_STEPS steps only:
+what a short window would have read, paired with the whole window on the same run.
 
     .venv/bin/python experiments/solo_rates.py [--from DIR ...]
 
@@ -39,6 +42,7 @@ from replan import recordings, repeated_truth  # noqa: E402
 
 ACCURACY = RESULTS / "choice_accuracy"
 FEW_WINDOW_STEPS = 8   # a solo window of this many steps or fewer is "short" in the summary
+SHORT_WINDOW_STEPS = 5  # the paired comparison: a long window's first steps, as a short window would have held
 
 
 def repeated_recordings(dirs: list[Path] | None = None) -> list[Path]:
@@ -69,7 +73,7 @@ def report(raw: Path) -> dict[str, Any]:
     models = FittedModels.fit(devices, planner_runs, job)
     units = models.throughput.measured_units()
     revised = dict(zip(units.labels, units.rate_steps_per_s)) if not units.is_classes else {}
-    lines, errors, window_steps, spreads = [], {}, {}, []
+    lines, errors, window_steps, spreads, first_steps = [], {}, {}, [], {}
     for device in profile.devices:
         windows = device.solo_rates_steps_per_s or [device.steps_per_s]
         trained = [steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])]
@@ -77,6 +81,10 @@ def report(raw: Path) -> dict[str, Any]:
             continue
         mean = statistics.fmean(rate for rate, _ in trained)
         errors[device.name] = device.steps_per_s / mean - 1
+        ends = device.solo_window_ends_s[0] if device.solo_window_ends_s else []
+        if len(ends) > FEW_WINDOW_STEPS and not device.measured_on:  # what its first steps alone read
+            first_steps[device.name] = (SHORT_WINDOW_STEPS / ends[SHORT_WINDOW_STEPS - 1] / mean - 1,
+                                        len(ends) / ends[-1] / mean - 1)
         if all(measured for _, measured in trained):  # the summary leaves estimated rates out
             window_steps[device.name] = device.steps
             if len(trained) >= 2 and device.name in revised:
@@ -86,7 +94,9 @@ def report(raw: Path) -> dict[str, Any]:
                      f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
                      f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
                      f"  pre-training off by {errors[device.name]:+.0%}"
-                     + (f" (revised by the sets {revised[device.name] / mean - 1:+.0%})" if device.name in revised else ""))
+                     + (f" (revised by the sets {revised[device.name] / mean - 1:+.0%})" if device.name in revised else "")
+                     + (f"; its first {SHORT_WINDOW_STEPS} steps {first_steps[device.name][0]:+.0%}, its first window "
+                        f"({len(ends)} steps) {first_steps[device.name][1]:+.0%}" if device.name in first_steps else ""))
     table = plan(devices, planner_runs, job, "edp", (), models=models).table
     predicted = {frozenset(row["devices"]): row["steps_per_s"] for row in table.to_dict("records")}
     fastest = max(profile.devices, key=lambda d: d.steps_per_s)
@@ -113,11 +123,12 @@ def report(raw: Path) -> dict[str, Any]:
     fastest_error = errors.get(fastest.name)
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
+    paired = [first_steps[name] for name in first_steps if name != fastest.name and name in window_steps]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
             "ratio_errors": ratios, "others": others, "best_pair": best_pair, "pair_gains": pair_gains,
             # the fastest device's class (a 'server*2' fleet names its members server-1, server-2);
             # profiles recorded before device_class carry none: the name is the class then
-            "fastest_class": fastest.device_class or fastest.name, "spreads": spreads}
+            "fastest_class": fastest.device_class or fastest.name, "spreads": spreads, "paired": paired}
 
 
 def _pair_gains(configurations: list[dict[str, Any]], table, fastest: str) -> list[tuple[str, float, float]]:
@@ -197,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
               f"against their trainings over {len(chosen)}"
               + (f"; minus the fastest's error in the same recording: median {statistics.median(relative):+.1%}, "
                  f"{sum(e < 0 for e in relative)} of {len(relative)} below" if relative else ""))
+    paired = [p for r in reports for p in r["paired"]]
+    if paired:  # the same runs read over fewer steps: no recording-to-recording difference in it
+        print(f"other devices' solo windows of more than {FEW_WINDOW_STEPS} steps with their completions recorded, "
+              f"over {len(paired)}: the first {SHORT_WINDOW_STEPS} steps read a median "
+              f"{statistics.median(p[0] for p in paired):+.1%} against their trainings ({sum(p[0] < 0 for p in paired)} below), "
+              f"the whole first window {statistics.median(p[1] for p in paired):+.1%} ({sum(p[1] < 0 for p in paired)} below); "
+              f"the first steps slower than the whole window in {sum(p[0] < p[1] for p in paired)}")
     return 0
 
 

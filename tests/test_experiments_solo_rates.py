@@ -58,3 +58,36 @@ def test_every_partner_of_the_fastest_is_scored_and_the_best_is_one_of_them():
     line = solo_rates._gain_errors("the server fastest", [report])
     assert "of 2 above 0" in line and "the best partner" in line and "the others" in line
     assert solo_rates._gain_errors("a board fastest", []) is None
+
+
+def test_a_long_window_with_its_completions_is_also_read_over_its_first_steps(tmp_path, capsys):
+    """The paired comparison: the same solo run over its first SHORT_WINDOW_STEPS steps (what a
+    short window would have read) and over its whole window, each against the trainings."""
+    import json
+    import shutil
+
+    folder = tmp_path / "full-x2-r2-vgg16-sxn"
+    shutil.copytree(RESULTS / "full-x2-r2-vgg16-sxn", folder)
+    raw = folder / "raw" / "vgg16.json"
+    data = json.loads(raw.read_text())
+    # jetson-nano (trained 0.40 and 0.41 steps/s): five steps at 0.3 steps/s, then seven at 0.5
+    ends = [10 / 3 * k for k in range(1, 6)] + [50 / 3 + 2.0 * k for k in range(1, 8)]
+    [nano] = [d for d in data["profile"]["devices"] if d["name"] == "jetson-nano"]
+    nano["solo_window_ends_s"] = [ends]
+    raw.write_text(json.dumps(data))
+
+    report = solo_rates.report(raw)
+    trained = solo_rates.statistics.fmean(
+        solo_rates.steady_rate(r, "jetson-nano", 0, 0.0)[0]
+        for c in data["configurations"] if c["devices"] == ["jetson-nano"] for r in c["runs"])
+    [(first, whole)] = report["paired"]
+    assert first == pytest.approx(0.3 / trained - 1, abs=1e-6)
+    assert whole == pytest.approx(12 / ends[-1] / trained - 1, abs=1e-6) and first < whole
+    [line] = [line for line in report["lines"] if line.strip().startswith("jetson-nano ")]
+    assert "its first 5 steps" in line and "(12 steps)" in line
+    assert solo_rates.main(["--from", str(folder)]) == 0
+    assert "the first 5 steps read a median" in capsys.readouterr().out
+    # windows of 8 steps or fewer, and recordings without completions, are not paired
+    nano["solo_window_ends_s"] = [ends[:8]]
+    raw.write_text(json.dumps(data))
+    assert solo_rates.report(raw)["paired"] == []

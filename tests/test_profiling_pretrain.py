@@ -96,6 +96,11 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
         assert device.startup_power_w == pytest.approx(busy_w, rel=0.15)  # its TF task is up from the start
         assert device.idle_power_w == pytest.approx(idle_w, abs=0.01)
         assert device.busy_power_w == pytest.approx(busy_w, rel=0.1)
+        # each window's completions, from its open: as many as its steps, the last one its length
+        assert len(device.solo_window_ends_s) == windows
+        assert sum(len(ends) for ends in device.solo_window_ends_s) == device.steps
+        for rate, ends in zip(device.solo_rates_steps_per_s, device.solo_window_ends_s):
+            assert ends == sorted(ends) and ends[0] > 0 and len(ends) / ends[-1] == pytest.approx(rate, rel=1e-3)
     [run] = profile.runs
     # the set's 24 steps are shared by both members: each is measured over the later half of its
     # steps past its warm-up steps (9 here at the host's speed)

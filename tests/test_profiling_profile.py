@@ -100,9 +100,9 @@ def test_two_solo_windows_pool_into_one_measurement_whose_error_shows_their_diff
 
     # 2 s at 10 steps/s, then 3 s at 5 steps/s (the host slowed down between them)
     first = DeviceProfile("a", 10.0, 0.2, 6.0, 2.0, 20, 2.0, 12.0, "model", first_step_s=4.0, startup_s=3.0,
-                          startup_power_w=5.0, solo_rates_steps_per_s=[10.0])
+                          startup_power_w=5.0, solo_rates_steps_per_s=[10.0], solo_window_ends_s=[[0.1, 0.2]])
     second = DeviceProfile("a", 5.0, 0.1, 4.0, 2.0, 15, 3.0, 12.0, "model", first_step_s=6.0, startup_s=5.0,
-                           startup_power_w=0.0, solo_rates_steps_per_s=[5.0])
+                           startup_power_w=0.0, solo_rates_steps_per_s=[5.0], solo_window_ends_s=[[0.2]])
     pooled = pool_solo_windows(first, second)
     assert (pooled.steps, pooled.time_s, pooled.energy_j) == (35, 5.0, 24.0)
     assert pooled.steps_per_s == pytest.approx(7.0)  # steps over time: the longer window weighs more
@@ -111,6 +111,7 @@ def test_two_solo_windows_pool_into_one_measurement_whose_error_shows_their_diff
     assert (pooled.first_step_s, pooled.startup_s) == (5.0, 4.0)
     assert pooled.startup_power_w == 5.0  # the one window that measured it
     assert pooled.solo_rates_steps_per_s == [10.0, 5.0] and pooled.idle_power_w == 2.0
+    assert pooled.solo_window_ends_s == [[0.1, 0.2], [0.2]]   # each window's completions, in order
     # windows that agree keep their own (combined) error
     steady = pool_solo_windows(first, dataclasses.replace(second, steps_per_s=10.0, steps_per_s_std=0.3))
     assert steady.steps_per_s_std == pytest.approx(((0.2 * 2.0) ** 2 + (0.3 * 3.0) ** 2) ** 0.5 / 5.0)
@@ -119,8 +120,9 @@ def test_two_solo_windows_pool_into_one_measurement_whose_error_shows_their_diff
 def test_profiles_written_before_solo_rates_were_kept_still_load():
     data = _profile().to_dict()
     for device in data["devices"]:
-        del device["solo_rates_steps_per_s"]
-    assert Profile.from_dict(data).devices[0].solo_rates_steps_per_s == []
+        del device["solo_rates_steps_per_s"], device["solo_window_ends_s"]
+    loaded = Profile.from_dict(data).devices[0]
+    assert loaded.solo_rates_steps_per_s == [] and loaded.solo_window_ends_s == []
 
 
 def test_a_class_s_unmeasured_devices_take_the_measured_one_s_figures_and_keep_their_idle_power():

@@ -115,3 +115,38 @@ def test_a_set_measures_longer_where_its_share_of_the_budget_affords_it():
     no_budget = _settings(steps_per_run=10, warmup_steps=3, min_window_s=3.0, max_steps_per_run=400)
     assert no_budget.set_window_s(quick, cap=400) == 3.0
     assert no_budget.set_steps(quick, cap=400) == 96
+
+
+def test_a_solo_run_must_hold_min_window_steps_and_a_set_is_sized_by_its_seconds(monkeypatch, tmp_path):
+    import hetcluster.training.run_job as run_job
+    from hetcluster.errors import TrainingError
+    from hetcluster.models import ModelSpec
+    from hetcluster.models.datasets import DataSource
+    from hetcluster.profiling.pretrain import MIN_SOLO_WINDOW_STEPS, _Phase
+    from hetcluster.training.spec import ClusterAddresses
+
+    specs = []
+
+    def run_in_subprocess(spec, addresses, **kwargs):
+        specs.append((spec, list(addresses.workers)))
+        raise TrainingError("stop here")
+
+    class Launched:
+        addresses = ClusterAddresses(workers={"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, ps=["127.0.0.1:3"], chief="127.0.0.1:4")
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(run_job, "run_in_subprocess", run_in_subprocess)
+    settings = PretrainSettings()
+    assert settings.min_window_steps == MIN_SOLO_WINDOW_STEPS >= 8
+    phase = _Phase(None, ModelSpec("small_cnn", (16, 16, 3), 4, 8), DataSource(), str(tmp_path), settings, None)
+    for names in (["a"], ["a", "b"]):
+        phase.cluster = Launched()
+        with pytest.raises(TrainingError):
+            phase.measure(names)
+    (solo, solo_names), (pair, pair_names) = specs
+    assert solo_names == ["a"] and solo.min_window_steps == MIN_SOLO_WINDOW_STEPS and solo.extends_window
+    assert pair_names == ["a", "b"] and pair.min_window_steps == 0 and pair.min_window_s == settings.min_window_s
+    with pytest.raises(ProfileError):
+        _settings(steps_per_run=10, warmup_steps=3, min_window_steps=-1)

@@ -144,6 +144,34 @@ def test_a_measurement_run_is_extended_until_its_window_is_long_enough():
     assert _steps_to_fill_window(spec, [_Stamp(1.0, False, 0.0, 9.0, 0)] * 5, room=190) == 2
 
 
+def test_a_solo_measurement_run_is_extended_until_its_window_holds_enough_steps():
+    from hetcluster.training.engine import _Stamp, _steps_to_fill_window
+
+    model = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    # 1 step/s, two warm-up steps: ends 0..6 leave a 5 s window (long enough) of 5 steps, 5 short of 10
+    spec = TrainSpec(model=model, total_steps=7, warmup_steps=2, min_window_s=3.0, min_window_steps=10, max_steps=200)
+    ends = [float(k) for k in range(7)]
+    assert _steps_to_fill_window(spec, _stamps(ends), room=190) == math.ceil(1.1 * 1.0 * 5.0)
+    assert _steps_to_fill_window(spec, _stamps(ends), room=3) == 3                       # capped by max_steps
+    assert _steps_to_fill_window(spec, _stamps([float(k) for k in range(12)]), room=190) == 0   # 10 steps held
+    seconds_only = TrainSpec(model=model, total_steps=7, warmup_steps=2, min_window_s=3.0, max_steps=200)
+    assert _steps_to_fill_window(seconds_only, _stamps(ends), room=190) == 0
+    # still in the warm-up's seconds (to 1 + 5 s): its 3 s left, then the 10 steps at 1 step/s
+    in_warmup = TrainSpec(model=model, total_steps=4, warmup_steps=2, warmup_s=5.0, min_window_s=3.0,
+                          min_window_steps=10, max_steps=200)
+    assert _steps_to_fill_window(in_warmup, _stamps(ends[:4]), room=190) == math.ceil(1.1 * 1.0 * 13.0)
+    # steps alone make a measurement run too
+    steps_only = TrainSpec(model=model, total_steps=7, warmup_steps=2, min_window_steps=10, max_steps=200)
+    assert steps_only.extends_window and _steps_to_fill_window(steps_only, _stamps(ends), room=190) == 6
+    # several workers: the steps rule is a solo run's, a set is sized by its seconds
+    pair = [_Stamp(1.0, True, end - 0.05, end, k % 2) for k, end in enumerate(ends)]
+    assert _steps_to_fill_window(steps_only, pair, room=190, n_workers=2) == 0
+    with pytest.raises(ConfigError):
+        TrainSpec(model=model, total_steps=7, min_window_steps=-1, max_steps=200)
+    with pytest.raises(ConfigError):
+        TrainSpec(model=model, total_steps=7, min_window_steps=10, max_steps=5)
+
+
 def test_steady_rates_start_when_the_last_worker_is_past_its_set_up():
     # warm-up 1 → each worker's first step skipped. a: 0.5 s steps from 100.0; b: set-up until
     # 102.0, then 1 s steps. The common window opens at b's first kept step (102.0, its second step)

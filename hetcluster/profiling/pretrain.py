@@ -23,7 +23,8 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
 4. each device alone (one per class of identical devices, the inventory's ``device_class``: the
    class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
    more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
-   otherwise be timed over a few hundredths of a second) — then the calibration sets of
+   otherwise be timed over a few hundredths of a second) or holds fewer than ``min_window_steps``
+   steps (a slow one over 4–6 steps, which read it slow: MIN_SOLO_WINDOW_STEPS) — then the calibration sets of
    ``sets.py``, each run until every member trains steadily in a common window of
    ``min_window_s``, or longer (up to ``max_window_s``) where the set's share of
    ``max_phase_steps`` affords it (sized up front from the members' solo rates; the engine
@@ -101,6 +102,15 @@ WARMUP_S = 3.0
 # first run's"), so 10 s past the warm-up's steps and WARMUP_S leaves a measured run little of it.
 OPENING_S = 10.0
 
+# A solo run's window holds at least this many steps past the warm-up, as its step cap allows (the
+# engine extends the run; TrainSpec.min_window_steps). A slow device's 3 s window held 4–6 steps:
+# over 112 recordings, windows of 8 steps or fewer read a median 7.5 % under the rate the device then
+# trained at (117 windows; 2.0 % once the fastest device's own error is taken off), longer ones 0.2 %
+# (78; `experiments/solo_rates.py`, docs/experiments.md "Short solo windows read slow"), and two
+# 60-step runs of jetson-nano climbed 0–20 % past step 10. Ten steps cost a board at 0.6 steps/s about
+# 8 s more than a 5-step window.
+MIN_SOLO_WINDOW_STEPS = 10
+
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
 # its step stamps included), "progress"; a run's events carry "what": "opening" for the opening run
 # (step 3, not measured), "" for the others
@@ -121,6 +131,7 @@ class PretrainSettings:
     warmup_steps: int = 5
     warmup_s: float = WARMUP_S     # and each worker's steps in these seconds after them (WARMUP_S)
     min_window_s: float = 3.0
+    min_window_steps: int = MIN_SOLO_WINDOW_STEPS  # a solo run's window holds this many steps, within step_cap
     max_window_s: float = 10.0     # a set's window when its share of max_phase_steps affords it
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     max_phase_steps: int = 0       # steps the whole phase may take (0: no budget); sets may use what is left
@@ -139,6 +150,8 @@ class PretrainSettings:
         if self.steps_per_run < self.warmup_steps + 2:
             raise ProfileError(f"steps_per_run={self.steps_per_run} (--pretrain-steps) leaves fewer than 2 measured steps after "
                                f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
+        if self.min_window_steps < 0:
+            raise ProfileError(f"min_window_steps={self.min_window_steps} is negative.", hint="give 0 steps or more.")
         if min(self.min_window_s, self.max_window_s, self.warmup_s, self.opening_s) < 0:
             raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s}, "
                                f"warmup_s={self.warmup_s} or opening_s={self.opening_s} is negative.",
@@ -318,6 +331,7 @@ class _Phase:
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
+                         min_window_steps=settings.min_window_steps if len(names) == 1 else 0,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
         self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique,
@@ -480,8 +494,14 @@ def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run
         power_source=(recorder.samples[-1].source if recorder.samples else ""),
         first_step_s=first_step_s, startup_s=startup_s,
         startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s),
-        solo_rates_steps_per_s=[result.steps_per_s], memory_slowdown=memory.slowdown, memory_plan=memory.technique)
+        solo_rates_steps_per_s=[result.steps_per_s], memory_slowdown=memory.slowdown, memory_plan=memory.technique,
+        solo_window_ends_s=[_window_ends_s(result, t0)])
     return device, result.steps_applied
+
+
+def _window_ends_s(result: Any, t0: float) -> list[float]:
+    """A solo run's step completions inside its measurement window, in seconds from its open ``t0``."""
+    return [round(end - t0, 4) for end in sorted(end for _, end, _ in result.step_times) if end > t0]
 
 
 def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProfile:
@@ -512,6 +532,7 @@ def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProf
         startup_s=mean_of_measured(first.startup_s, second.startup_s),
         startup_power_w=mean_of_measured(first.startup_power_w, second.startup_power_w),
         solo_rates_steps_per_s=[*first.solo_rates_steps_per_s, *second.solo_rates_steps_per_s],
+        solo_window_ends_s=[*first.solo_window_ends_s, *second.solo_window_ends_s],
         device_class=first.device_class, measured_on=first.measured_on,
         memory_slowdown=first.memory_slowdown, memory_plan=first.memory_plan)
 

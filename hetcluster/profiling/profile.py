@@ -38,6 +38,10 @@ class DeviceProfile:
     idle power is its own. ``memory_plan``: the memory scheduler's technique the solo run trained
     under, where plain TensorFlow does not fit the device ("": plain), and ``memory_slowdown`` its
     predicted step-time multiplier: the figures above are as measured, under that plan.
+    ``solo_window_ends_s``: each solo window's step completions, in seconds from the window's open
+    (one list per window, in order; empty in profiles written before they were recorded), so what a
+    shorter window would have read on the same run can be worked out afterwards
+    (`experiments/solo_rates.py`).
     """
 
     name: str
@@ -57,6 +61,7 @@ class DeviceProfile:
     measured_on: str = ""
     memory_plan: str = ""
     memory_slowdown: float = 1.0
+    solo_window_ends_s: list[list[float]] = field(default_factory=list)
 
 
 @dataclass

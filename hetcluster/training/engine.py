@@ -320,7 +320,7 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     current = restored
     # the update gate: the job's total, or the cap of a measurement run that may be extended
     # (one traced step for the whole run: a new gate would mean a new trace on every worker)
-    gate = max(spec.max_steps, target) if spec.min_window_s > 0 else target
+    gate = max(spec.max_steps, target) if spec.extends_window else target
     # the start barrier: rounds of one closure per worker (each idle worker takes one), one per
     # warm-up step, so every worker warms up in step with the others
     barrier = len(cluster.workers) if spec.start_barrier and len(cluster.workers) > 1 else 0
@@ -389,8 +389,9 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
     Sized from the rate so far, 10 % over, so one more round usually suffices. With several
     workers the window is the one where every worker trains steadily (RunResult.steady_rates):
     it opens when the last of them has begun a step past its set-up and its own warm-up, and each
-    needs two steps in it."""
-    if spec.min_window_s <= 0 or room <= 0:
+    needs two steps in it. With one worker the window must also hold ``spec.min_window_steps``
+    completions (those still to come in the warm-up's seconds do not count)."""
+    if not spec.extends_window or room <= 0:
         return 0
     ends = sorted(s.end_s for s in stamps if s.applied)
     if len(ends) < 2:
@@ -407,9 +408,14 @@ def _steps_to_fill_window(spec: TrainSpec, stamps: list[_Stamp], room: int, n_wo
         else:  # still in it: the window opens when the seconds after its warm-up steps end
             opened_s = ends[min(spec.warmup_steps, len(ends)) - 1] + spec.warmup_s
     if n_workers > 1:
+        if spec.min_window_s <= 0:
+            return 0
         short_s = _steady_window_shortfall_s(spec, stamps, n_workers)
     else:  # the window opens at opened_s (past the last completion while the warm-up's seconds run)
         short_s = spec.min_window_s - (ends[-1] - opened_s)
+        steps_short = spec.min_window_steps - (len(ends) - warm)
+        if steps_short > 0:  # their seconds, after what is left of the warm-up's seconds
+            short_s = max(short_s, steps_short / rate + max(opened_s - ends[-1], 0.0))
     if short_s <= 0:
         return 0
     return min(room, max(1, math.ceil(1.1 * rate * short_s)))

@@ -80,6 +80,10 @@ class TrainSpec:
     applying steps until the window after the warm-up (first kept completion to the last one)
     spans at least this many seconds, but never beyond ``max_steps`` in all. A fast device then
     gets as long a window as a slow one instead of a few hundredths of a second.
+    ``min_window_steps`` > 0 (one worker only: pre-training's solo runs): and until the window holds
+    at least that many completions, within ``max_steps`` likewise — a slow device's window of a few
+    seconds otherwise holds 4–6 steps, which read a median 7.5 % under the rate it then trained at
+    (docs/experiments.md, "Short solo windows read slow"). Ignored for several workers.
 
     ``start_barrier`` (calibration sets): the run's first round is one closure per worker, joined
     before any other is scheduled, so every worker's slow first step (graph set-up) happens while
@@ -103,17 +107,24 @@ class TrainSpec:
     memory_budget_bytes: int = 0
     memory_device_kind: str = "cpu"
     min_window_s: float = 0.0
+    min_window_steps: int = 0
     max_steps: int = 0
     start_barrier: bool = False
 
     def __post_init__(self) -> None:
         if self.total_steps < 0:
             raise ConfigError(f"total_steps={self.total_steps} is negative.", hint="use --total-steps N >= 0.")
-        if self.min_window_s < 0 or (self.min_window_s > 0 and self.max_steps < self.total_steps):
-            raise ConfigError(f"min_window_s={self.min_window_s} needs max_steps >= total_steps ({self.max_steps} < {self.total_steps}).",
+        if self.min_window_s < 0 or self.min_window_steps < 0 or (self.extends_window and self.max_steps < self.total_steps):
+            raise ConfigError(f"min_window_s={self.min_window_s}, min_window_steps={self.min_window_steps} need both >= 0 and "
+                              f"max_steps >= total_steps ({self.max_steps} < {self.total_steps}) to extend a window.",
                               hint="give the most steps a measurement run may take.")
         if self.checkpoint_every_steps < 0 or self.warmup_steps < 0 or self.warmup_s < 0:
             raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
+
+    @property
+    def extends_window(self) -> bool:
+        """A measurement run: extended past ``total_steps`` (up to ``max_steps``) until its window is long enough."""
+        return self.min_window_s > 0 or self.min_window_steps > 0
 
     def to_dict(self) -> dict:
         data = asdict(self)
