@@ -57,6 +57,7 @@ def test_run_result_figures_and_round_trip():
     r = _result()
     # one warm-up step (ends 100.4), then 3 completions up to t=101.5
     assert r.measurement_window() == (100.4, 101.5, 3)
+    assert r.window_ends_s() == pytest.approx([0.2, 0.6, 1.1])   # the window's completions, from its open
     # two workers: each its own steady rate, summed. a: 2 steps after its warm-up step over
     # 100.5..101.5; b: only its first step (0.5 s), so one over that step's duration
     assert r.worker_steps_per_s() == pytest.approx({"a": 2.0, "b": 2.0})
@@ -67,6 +68,8 @@ def test_run_result_figures_and_round_trip():
     alone = _result(step_times=[(t0, t1, "a") for t0, t1, _ in r.step_times])
     assert alone.steps_per_s == pytest.approx(3 / 1.1)  # one worker: the window
     assert _result(warmup_steps=0).measurement_window() == (100.0, 101.5, 4)
+    assert _result(warmup_steps=0).window_ends_s() == pytest.approx([0.4, 0.6, 1.0, 1.5])
+    assert _result(step_times=[]).window_ends_s() == []
     assert _result(step_times=[], warmup_steps=0).steps_per_s == 0.0
     assert r.step_durations_s("a") == pytest.approx([0.5, 0.5])
     assert r.steps_unattributed == 0

@@ -495,13 +495,8 @@ def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run
         first_step_s=first_step_s, startup_s=startup_s,
         startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s),
         solo_rates_steps_per_s=[result.steps_per_s], memory_slowdown=memory.slowdown, memory_plan=memory.technique,
-        solo_window_ends_s=[_window_ends_s(result, t0)])
+        solo_window_ends_s=[result.window_ends_s()])
     return device, result.steps_applied
-
-
-def _window_ends_s(result: Any, t0: float) -> list[float]:
-    """A solo run's step completions inside its measurement window, in seconds from its open ``t0``."""
-    return [round(end - t0, 4) for end in sorted(end for _, end, _ in result.step_times) if end > t0]
 
 
 def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProfile:

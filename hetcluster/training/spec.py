@@ -247,12 +247,23 @@ class RunResult:
         """``(t0_wall_s, t1_wall_s, steps)``: from the end of the warm-up (the run's start when
         there is none; :func:`warmup_count` over all completions, at least one step left) to the
         last completion, and the applied steps completed inside."""
+        t0, inside = self._window_ends()
+        if not inside:
+            return self.start_wall_s, self.end_wall_s, 0
+        return t0, inside[-1], len(inside)
+
+    def window_ends_s(self) -> list[float]:
+        """The completions inside :meth:`measurement_window`, in seconds from its open."""
+        t0, inside = self._window_ends()
+        return [round(end - t0, 4) for end in inside]
+
+    def _window_ends(self) -> tuple[float, list[float]]:
+        """(the measurement window's open, the wall times of the completions inside it)."""
         ends = sorted(end for _, end, _ in self.step_times)
         if not ends:
-            return self.start_wall_s, self.end_wall_s, 0
+            return self.start_wall_s, []
         warmup = min(warmup_count(ends, self.warmup_steps, self.warmup_s), len(ends) - 1)
-        t0 = ends[warmup - 1] if warmup > 0 else self.start_wall_s
-        return t0, ends[-1], len(ends) - warmup
+        return (ends[warmup - 1] if warmup > 0 else self.start_wall_s), ends[warmup:]
 
     def worker_windows(self) -> dict[str, tuple[float, float, int]]:
         """Each worker's steady window ``(start_wall_s, end_wall_s, steps)``: from the start of
