@@ -14,10 +14,11 @@ experiments/results/choice_accuracy/<full|reduced>/:
   summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
   accuracy.png, errors.png, predicted_vs_measured.png
   machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
-                      and foreign_cpu: CPU seconds other work took on the host, per 2-s bin, with the
-                      host's interrupt and stolen seconds beside them (host_watch.py);
+                      and foreign_cpu: CPU seconds other processes took on the host, per 2-s bin, with
+                      the kernel's threads', the host's interrupt and stolen seconds and the signed
+                      rest no process holds beside them (host_watch.py);
                       raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
-                      (interrupt_cpu_s and steal_s beside it)
+                      (kernel_cpu_s, interrupt_cpu_s, steal_s and unattributed_cpu_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--job-scale K]
@@ -118,8 +119,9 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
 
 
 def host_cpu_of_phases(watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0) -> dict[str, dict[str, float]]:
-    """The CPU seconds of other work (``foreign_cpu_s``), of interrupts (``interrupt_cpu_s``, mostly
-    the fleet's own loopback traffic) and stolen by the hypervisor (``steal_s``; host_watch.py),
+    """The CPU seconds of other work (``foreign_cpu_s``), of the kernel's threads (``kernel_cpu_s``),
+    of interrupts (``interrupt_cpu_s``, mostly the fleet's own loopback traffic), stolen by the
+    hypervisor (``steal_s``) and the host's rest no process holds (``unattributed_cpu_s``; host_watch.py),
     each during the evaluation's pre-training (its profile's last pretrain_time_s before
     created_wall_s) and after it (the trainings, up to now); a warning when the pre-training had
     more than ``warn_above_s`` of other work: its short windows read every rate low."""

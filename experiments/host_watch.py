@@ -7,26 +7,39 @@ experiment's own processes: this process and its descendants, and every process 
 line holds ``marker`` (the fleet's state dir: the agents, started by `cluster up` and re-parented
 to init) with theirs.
 
-- **foreign**: what processes spent (user, nice and system time) beyond ours — other users' work,
-  a test run, an analysis script, and the kernel's own threads (kdamond, ksoftirqd: a fraction of
-  a per cent). A process of ours counts its reaped children too (user + system + children_user +
+- **foreign**: what other processes spent (user and system time), each by its own CPU between
+  samples, and what their children spent that no sample saw — short-lived commands, a child's last
+  seconds — read from the parent's children time (what earlier samples counted of a child that
+  ended comes off it). That is other users' work, a test run, an analysis script, the sandbox's own
+  agent. A process of ours counts its reaped children too (user + system + children_user +
   children_system), so a short-lived child of ours is not taken for another's; when one of ours
-  that earlier samples saw ends and a parent of ours reaps it, what they counted comes off again
-  (the parent's children time now holds all of it). The heaviest foreign commands are kept, each
-  by its own CPU time (init reaps every orphan, the fleet's agents too, and a shell its commands:
-  counting reaped children there would count those twice).
-- **interrupts** (irq and softirq): charged to no process, and mostly the fleet's own traffic —
-  gRPC and the parameter server over loopback are served in softirq, about 0.04 s per second of a
-  pre-training here and none on the idle host (/proc/stat, 2026-11-29).
+  that earlier samples saw ends and a parent of ours reaps it, what they counted comes off again.
+  The heaviest other commands are kept, each by its own CPU time, and the children no sample saw
+  together under ENDED_CHILDREN.
+- **kernel**: the kernel's threads (kdamond, ksoftirqd, kworker: kthreadd's children), by the same
+  count — about 0.01 CPU s per second here whatever runs, most of it kdamond.
+- **interrupts** (irq and softirq): charged to no process in /proc/stat, and mostly the fleet's
+  own traffic — gRPC and the parameter server over loopback are served in softirq, about 0.04 s per
+  second of a pre-training here and none on the idle host (/proc/stat, 2026-11-29).
 - **steal**: time the hypervisor gave to other guests.
+- **unattributed**: the host's process time less everything processes spent, signed. It reads
+  negative while the fleet trains: −4.9 CPU s over 120 s of a resnet50 training here (−0.085 s
+  per 2-s bin at the median, 2026-11-29), against 1.0 s of interrupts, 1.3 of kernel threads and
+  0.6 of other work. Two causes: a task's run time holds the interrupts served while it ran, which
+  /proc/stat counts as irq and softirq instead (tick accounting without
+  CONFIG_IRQ_TIME_ACCOUNTING, this host's 6.18-fc kernel) — a fifth of it at most; and, most
+  likely the rest, /proc/stat samples each 4-ms tick, so it misses a task that wakes after a tick
+  and sleeps again before the next, the fleet's many short waits, which the task's own run time
+  counts. A process's last seconds before init or a gone parent reaped it land here too.
 
-The record keeps every bin ([end wall time, foreign, interrupts, steal]) and the totals. Until
-2026-11-29 evening interrupts counted as foreign (a four-device pre-training of 210 s read 5.1 s
-with nothing else running), and a reaped server of ours was counted twice, which lost its bin's
-other work: the foreign figures recorded before then are under-counts over a recording's
-trainings (densenet121-xtn: 18.0 s in all, interrupts included, where its five heaviest other
-commands alone took 26.5), and during a pre-training, whose TF servers stay up to its end, by the
-few bins where one of its runs' clients ended.
+The record keeps every bin ([end wall time, *BIN_FIELDS]) and the totals. Until 2026-11-29 night,
+"foreign" was the host's process time less ours, clipped at 0 per bin: the difference above came
+off it, so it read low on a busy host (resnet50-xtr: 5.4 CPU s over its whole run, where kdamond
+alone spent 17.9 and the sandbox's agent 5.0), and where ours read low instead, high
+(densenet121-xtr: 57.9, of which its heaviest other commands explained a third). Until the
+evening before, interrupts counted as foreign too, and a reaped server of ours was counted twice.
+Foreign figures recorded before then are the older measure; bins of those records stop after
+steal, and the fields they lack read 0 (host_cpu_between).
 """
 
 from __future__ import annotations
@@ -40,8 +53,11 @@ from typing import Any
 import psutil
 
 
-TOTAL_KEYS = {"foreign": "foreign_cpu_s", "interrupts": "interrupt_cpu_s", "steal": "steal_s"}  # each field's total in a record
-BIN_FIELDS = tuple(TOTAL_KEYS)   # a bin: [end wall time, *these in CPU seconds]
+TOTAL_KEYS = {"foreign": "foreign_cpu_s", "interrupts": "interrupt_cpu_s", "steal": "steal_s",
+              "kernel": "kernel_cpu_s", "unattributed": "unattributed_cpu_s"}  # each field's total in a record
+BIN_FIELDS = tuple(TOTAL_KEYS)   # a bin: [end wall time, *these in CPU seconds]; older records stop after steal
+KTHREADD_PID = 2                 # Linux: the kernel's threads are kthreadd's children
+ENDED_CHILDREN = "(ended children of other processes)"   # heaviest_foreign's name for what no sample saw
 
 
 def _host_s() -> tuple[float, float, float]:
@@ -70,7 +86,7 @@ class ForeignCpu:
         self._own_pid = os.getpid()
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
-        self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # an ours process's parent then
+        self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
         self._foreign_by_command: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
@@ -105,9 +121,10 @@ class ForeignCpu:
             self._ours[key] = key[0] == self._own_pid or marked or bool(parent and self._ours.get(parent))
         return self._ours[key]
 
-    def _sample(self, first: bool = False) -> tuple[float, float, float]:
-        """(foreign, interrupt, stolen) CPU seconds since the previous sample (zeros for the first,
-        which sets the baselines)."""
+    def _sample(self, first: bool = False) -> tuple[float, ...]:
+        """BIN_FIELDS' CPU seconds since the previous sample (zeros for the first, which sets the
+        baselines): other processes' by what each spent, interrupts and steal from the host's
+        counters, and what the host counted beyond every process (unattributed, signed)."""
         host_s = _host_s()
         processes = []
         for process in psutil.process_iter():
@@ -116,35 +133,58 @@ class ForeignCpu:
             except psutil.Error:
                 continue
         parents = {key[0]: key for _, key in processes}
-        ours_s = 0.0
+        spent = {"ours": 0.0, "foreign": 0.0, "kernel": 0.0}
+        reaped: dict[tuple[int, float], float] = {}   # a process not ours → its children time's growth
         seen, parent_of = {}, {}
         for process, key in sorted(processes, key=lambda item: item[1][1]):   # parents before their children
             try:
                 cpu_s = _cpu_s(process)
                 ours = self._is_ours(process, key, parents)
+                parent_of[key] = parents.get(process.ppid())
             except psutil.Error:
                 continue
             last_own_s, last_with_children_s = self._last.get(key, (0.0, 0.0) if not first else cpu_s)
             seen[key] = cpu_s
             if ours:
-                ours_s += cpu_s[1] - last_with_children_s
-                with contextlib.suppress(psutil.Error):
-                    parent_of[key] = parents.get(process.ppid())
-            elif cpu_s[0] > last_own_s:   # its own: init reaps every orphan, ours too, and a shell its commands
+                spent["ours"] += cpu_s[1] - last_with_children_s
+                continue
+            if cpu_s[0] > last_own_s:
+                spent[self._kind(key, parent_of[key])] += cpu_s[0] - last_own_s
                 self._add_foreign(process, cpu_s[0] - last_own_s)
-        # A process of ours that ended and was reaped by a parent of ours: the parent's children
-        # time now holds its whole CPU, of which what the earlier samples counted comes off again.
+            reaped[key] = (cpu_s[1] - cpu_s[0]) - (last_with_children_s - last_own_s)
+        # A process that ended since the last sample: its parent's children time now holds its whole
+        # CPU, of which what the earlier samples counted comes off again. What is left of a parent
+        # not ours is its children's CPU no sample saw (short-lived commands, a child's last
+        # seconds): theirs, unless a child of ours is among those it reaped (init reaping the
+        # fleet's agents), whose last seconds are ours and stay unattributed.
+        reaped_ours = set()
         for key, (_, last_with_children_s) in self._last.items():
             parent = self._parent_of.get(key)
-            if key not in seen and self._ours.get(key) and parent in seen and self._ours.get(parent):
-                ours_s -= last_with_children_s
+            if key in seen or parent not in seen:
+                continue
+            if not self._ours.get(parent):
+                reaped[parent] = reaped.get(parent, 0.0) - last_with_children_s
+                if self._ours.get(key):
+                    reaped_ours.add(parent)
+            elif self._ours.get(key):
+                spent["ours"] -= last_with_children_s
+        for parent, cpu_s in reaped.items():
+            if cpu_s > 0 and parent not in reaped_ours:
+                spent[self._kind(parent, parent_of.get(parent))] += cpu_s
+                self._foreign_by_command[ENDED_CHILDREN] = self._foreign_by_command.get(ENDED_CHILDREN, 0.0) + cpu_s
         self._last, self._parent_of = seen, parent_of
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
         process_s, interrupt_s, steal_s = (now - last for now, last in zip(host_s, self._last_host_s))
         self._last_host_s = host_s
         if first:
-            return 0.0, 0.0, 0.0
-        return max(process_s - ours_s, 0.0), interrupt_s, steal_s
+            return (0.0,) * len(BIN_FIELDS)
+        unattributed_s = process_s - spent["ours"] - spent["foreign"] - spent["kernel"]
+        return spent["foreign"], interrupt_s, steal_s, spent["kernel"], unattributed_s
+
+    @staticmethod
+    def _kind(key: tuple[int, float], parent: tuple[int, float] | None) -> str:
+        """"kernel" for the kernel's threads (kthreadd, pid 2, and its children), else "foreign"."""
+        return "kernel" if key[0] == KTHREADD_PID or (parent is not None and parent[0] == KTHREADD_PID) else "foreign"
 
     def _add_foreign(self, process: psutil.Process, cpu_s: float) -> None:
         """Credit ``cpu_s`` to the process's command (read only for the few foreign processes that ran)."""

@@ -1,6 +1,7 @@
 """experiments/host_watch.py: CPU spent on the host outside an experiment is counted, the
 experiment's own (its children, once each, and detached processes carrying its marker) is not,
-and interrupt and stolen time are kept apart from it."""
+short-lived commands no sample saw are counted from their parent, and the kernel's threads,
+interrupt and stolen time are kept apart from it."""
 
 from __future__ import annotations
 
@@ -62,15 +63,44 @@ def test_interrupt_and_stolen_time_is_kept_apart_from_other_work(monkeypatch):
         return CpuTimes(100.0, 0.0, 50.0, 1000.0 + n, 0.0, 1.0, 2.0 + 0.1 * n, 0.05 * n, 7.0, 0.0)
 
     monkeypatch.setattr(host_watch.psutil, "cpu_times", cpu_times)
+    ours = host_watch.psutil.Process()
+    monkeypatch.setattr(host_watch.psutil, "process_iter", lambda: iter([ours]))   # no other process runs
     with ForeignCpu("no-such-marker", interval_s=0.1) as watch:
         time.sleep(0.6)
     record = watch.record()
     samples = len(record["bins"])
-    assert record["foreign_cpu_s"] == 0.0, record
+    assert record["foreign_cpu_s"] == 0.0 and record["kernel_cpu_s"] == 0.0, record
+    # the host's process time stood still while ours ran: the rest no process holds reads negative
+    assert record["unattributed_cpu_s"] <= 0.0, record
     assert abs(record["interrupt_cpu_s"] - 0.1 * samples) < 1e-6 and abs(record["steal_s"] - 0.05 * samples) < 1e-6
     assert abs(host_cpu_between(record, 0.0, 1e12, "interrupts") - record["interrupt_cpu_s"]) < 1e-6
     old_record = {"started_wall_s": 100.0, "interval_s": 2.0, "bins": [[102.0, 1.0]]}   # before interrupts were kept
     assert host_cpu_between(old_record, 0.0, 1e9, "interrupts") == 0.0
+
+
+def test_short_lived_commands_of_another_are_counted_from_their_parent():
+    """Commands that start and end between two samples (a shell's loop of short runs) are seen by
+    no sample: their CPU is read from the parent's children time, less what samples counted."""
+    loop = f'for i in 1 2 3 4 5 6; do "{sys.executable}" -c "$0"; done'
+    with ForeignCpu("no-such-marker", interval_s=1.0) as watch:
+        subprocess.run(["sh", "-c", f"sh -c '{loop}' \"$0\" >/dev/null 2>&1 &", SPIN.format(cpu_s=0.3)], check=True)
+        time.sleep(5.0)   # six runs of 0.3 s of CPU each, one after another, then a sample after them
+    record = watch.record()
+    assert 1.7 < record["foreign_cpu_s"] < 3.0, record
+    ended = {h["command"]: h["cpu_s"] for h in record["heaviest_foreign"]}.get(host_watch.ENDED_CHILDREN, 0.0)
+    assert ended > 0.6, record
+
+
+def test_kernel_threads_are_kept_apart_from_other_work():
+    """kthreadd (pid 2) and its children are the kernel's; every other process is another's work."""
+    kthreadd, init = (host_watch.KTHREADD_PID, 0.0), (1, 0.0)
+    assert ForeignCpu._kind(kthreadd, None) == "kernel"
+    assert ForeignCpu._kind((4321, 5.0), kthreadd) == "kernel"
+    assert ForeignCpu._kind((4321, 5.0), init) == "foreign" and ForeignCpu._kind(init, None) == "foreign"
+    with ForeignCpu("no-such-marker", interval_s=0.5) as watch:
+        time.sleep(1.2)
+    record = watch.record()
+    assert len(record["bins"][-1]) == 1 + len(host_watch.BIN_FIELDS) and record["kernel_cpu_s"] >= 0.0, record
 
 
 def test_a_child_of_ours_that_ends_is_not_counted_twice():
@@ -93,6 +123,7 @@ def test_phases_report_other_work_apart_from_interrupts_and_steal(caplog):
     phases = choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)
     assert phases["foreign_cpu_s"]["pretraining"] == 0.0 and phases["interrupt_cpu_s"]["pretraining"] == 8.0
     assert phases["steal_s"]["pretraining"] == 1.0 and phases["foreign_cpu_s"]["trainings"] == 1.0
+    assert phases["kernel_cpu_s"]["pretraining"] == 0.0 and phases["unattributed_cpu_s"]["trainings"] == 0.0  # older bins
     assert "other work" not in caplog.text   # 8 s of interrupts during pre-training: no warning
     record["bins"][0][1] = 6.0
     choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)
