@@ -44,7 +44,6 @@ steal, and the fields they lack read 0 (host_cpu_between).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -88,6 +87,7 @@ class ForeignCpu:
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
         self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
         self._foreign_by_command: dict[str, float] = {}
+        self._owed: dict[tuple[int, float], float] = {}   # a parent's ended children counted before its children time grew
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
         self._last_host_s = (0.0, 0.0, 0.0)
@@ -168,6 +168,12 @@ class ForeignCpu:
                     reaped_ours.add(parent)
             elif self._ours.get(key):
                 spent["ours"] -= last_with_children_s
+        # A child read as ended before its parent's children time held it (the parent is read first,
+        # the child reaped in between): what comes off waits for the parent's next samples.
+        for parent, owed_s in self._owed.items():
+            if parent in reaped:
+                reaped[parent] += owed_s
+        self._owed = {parent: cpu_s for parent, cpu_s in reaped.items() if cpu_s < 0}
         for parent, cpu_s in reaped.items():
             if cpu_s > 0 and parent not in reaped_ours:
                 spent[self._kind(parent, parent_of.get(parent))] += cpu_s

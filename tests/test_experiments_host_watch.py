@@ -91,6 +91,48 @@ def test_short_lived_commands_of_another_are_counted_from_their_parent():
     assert ended > 0.6, record
 
 
+class FakeProcess:
+    """What ForeignCpu reads of a process, with CPU times the test sets."""
+    Times = namedtuple("Times", "user system children_user children_system")
+
+    def __init__(self, pid: int, ppid: int, own_s: float = 0.0, children_s: float = 0.0) -> None:
+        self.pid, self._ppid, self.own_s, self.children_s = pid, ppid, own_s, children_s
+
+    def create_time(self) -> float:
+        return 1000.0 + self.pid
+
+    def ppid(self) -> int:
+        return self._ppid
+
+    def cpu_times(self):
+        return self.Times(self.own_s, 0.0, self.children_s, 0.0)
+
+    def cmdline(self) -> list[str]:
+        return ["someone-else", str(self.pid)]
+
+    def name(self) -> str:
+        return "someone-else"
+
+
+def test_a_child_read_as_ended_before_its_parent_reaped_it_is_counted_once(monkeypatch):
+    """The parent is read before its child; a child reaped in between reads as ended while the
+    parent's children time does not hold it yet. What comes off waits for the parent's next sample:
+    dropped, the child's CPU would count twice (its own samples, then the parent's children time)."""
+    parent, child = FakeProcess(500, 1), FakeProcess(501, 500, own_s=1.0)
+    listed = [parent, child]
+    monkeypatch.setattr(host_watch.psutil, "process_iter", lambda: iter(list(listed)))
+    watch = ForeignCpu("no-such-marker")
+    watch._sample(first=True)        # the baselines: the child has spent 1.0 s
+    child.own_s = 2.0
+    assert watch._sample()[0] == 1.0   # its own second
+    listed.remove(child)             # reaped after the parent was read: the parent's time lags
+    assert watch._sample()[0] == 0.0
+    parent.children_s = 2.0          # the parent's children time now holds all 2 s of it
+    assert watch._sample()[0] == 0.0
+    parent.children_s = 2.5          # a short-lived command no sample saw
+    assert watch._sample()[0] == 0.5
+
+
 def test_kernel_threads_are_kept_apart_from_other_work():
     """kthreadd (pid 2) and its children are the kernel's; every other process is another's work."""
     kthreadd, init = (host_watch.KTHREADD_PID, 0.0), (1, 0.0)
@@ -105,7 +147,8 @@ def test_kernel_threads_are_kept_apart_from_other_work():
 
 def test_a_child_of_ours_that_ends_is_not_counted_twice():
     """A child sampled while it runs, then reaped: its parent's children time takes all of its CPU;
-    counted twice, the bin it ended in would lose the other work beside it (clipped at 0)."""
+    counted twice, ours would read what the child spent once more than the host did, and the rest
+    no process holds would fall that far below 0 (the other work beside it still reads its own)."""
     with ForeignCpu("no-such-marker", interval_s=1.0) as watch:
         detached(SPIN.format(cpu_s=3.0))                        # someone else's, past our child's end
         child = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu_s=2.0)])  # ours, over two bins
@@ -113,6 +156,7 @@ def test_a_child_of_ours_that_ends_is_not_counted_twice():
         time.sleep(2.0)
     record = watch.record()
     assert 2.6 < record["foreign_cpu_s"] < 4.0, record
+    assert record["unattributed_cpu_s"] > -1.0, record   # not the child's 2 s a second time
 
 
 def test_phases_report_other_work_apart_from_interrupts_and_steal(caplog):
