@@ -81,7 +81,7 @@ class ForeignCpu:
     def __init__(self, marker: str, interval_s: float = 2.0, top: int = 5) -> None:
         self.marker, self.interval_s, self.top = marker, interval_s, top
         self.started_wall_s = time.time()
-        self.bins: list[tuple[float, float, float, float]] = []   # (end wall time, *BIN_FIELDS)
+        self.bins: list[tuple[float, ...]] = []   # (end wall time, *BIN_FIELDS)
         self._own_pid = os.getpid()
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
@@ -111,9 +111,8 @@ class ForeignCpu:
     def _add_bin(self) -> None:
         self.bins.append((time.time(), *self._sample()))
 
-    def _is_ours(self, process: psutil.Process, key: tuple[int, float], parents: dict[int, tuple[int, float]]) -> bool:
+    def _is_ours(self, process: psutil.Process, key: tuple[int, float], parent: tuple[int, float] | None) -> bool:
         if key not in self._ours:
-            parent = parents.get(process.ppid())
             try:
                 marked = self.marker in " ".join(process.cmdline())
             except psutil.Error:
@@ -139,8 +138,8 @@ class ForeignCpu:
         for process, key in sorted(processes, key=lambda item: item[1][1]):   # parents before their children
             try:
                 cpu_s = _cpu_s(process)
-                ours = self._is_ours(process, key, parents)
                 parent_of[key] = parents.get(process.ppid())
+                ours = self._is_ours(process, key, parent_of[key])
             except psutil.Error:
                 continue
             last_own_s, last_with_children_s = self._last.get(key, (0.0, 0.0) if not first else cpu_s)
@@ -177,7 +176,7 @@ class ForeignCpu:
         for parent, cpu_s in reaped.items():
             if cpu_s > 0 and parent not in reaped_ours:
                 spent[self._kind(parent, parent_of.get(parent))] += cpu_s
-                self._foreign_by_command[ENDED_CHILDREN] = self._foreign_by_command.get(ENDED_CHILDREN, 0.0) + cpu_s
+                self._credit(ENDED_CHILDREN, cpu_s)
         self._last, self._parent_of = seen, parent_of
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
         process_s, interrupt_s, steal_s = (now - last for now, last in zip(host_s, self._last_host_s))
@@ -198,6 +197,9 @@ class ForeignCpu:
             command = " ".join(process.cmdline()[:3])[:120] or process.name()
         except psutil.Error:
             return
+        self._credit(command, cpu_s)
+
+    def _credit(self, command: str, cpu_s: float) -> None:
         self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + cpu_s
 
     def record(self) -> dict[str, Any]:
