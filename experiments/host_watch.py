@@ -14,10 +14,11 @@ to init) with theirs.
   agent. A process of ours counts its reaped children too (user + system + children_user +
   children_system), so a short-lived child of ours is not taken for another's; when one of ours
   that earlier samples saw ends and a parent of ours reaps it, what they counted comes off again.
-  The heaviest other commands are kept, each by its own CPU time, and the children no sample saw
-  together under ENDED_CHILDREN.
+  The heaviest other commands are kept (``heaviest_foreign``), each by its own CPU time, and the
+  children no sample saw together under ENDED_CHILDREN.
 - **kernel**: the kernel's threads (kdamond, ksoftirqd, kworker: kthreadd's children), by the same
-  count — about 0.01 CPU s per second here whatever runs, most of it kdamond.
+  count — about 0.01 CPU s per second here whatever runs, most of it kdamond. The heaviest are kept
+  apart (``heaviest_kernel``); until 2026-11-30 they were listed among the other commands.
 - **interrupts** (irq and softirq): charged to no process in /proc/stat, and mostly the fleet's
   own traffic — gRPC and the parameter server over loopback are served in softirq, about 0.04 s per
   second of a pre-training here and none on the idle host (/proc/stat, 2026-11-29).
@@ -31,6 +32,12 @@ to init) with theirs.
   likely the rest, /proc/stat samples each 4-ms tick, so it misses a task that wakes after a tick
   and sleeps again before the next, the fleet's many short waits, which the task's own run time
   counts. A process's last seconds before init or a gone parent reaped it land here too.
+  The tick's sampling, measured on the idle host (`benchmarks/tick_accounting.py`, 12 s a pattern,
+  2026-11-30): a process spinning 0.3 ms between 1-ms sleeps ran 2.80 s by its own run time
+  (schedstat and utime + stime agree) where /proc/stat counted 2.60 (−7 %; −6 % in a first probe);
+  1 ms between 3-ms sleeps, 3.01 against 3.03 (+0.8 %; +3 % in the first probe); a steady spin,
+  12.00 against 12.05 (the idle host's own 0.04). It errs either way with the pattern of waits, as
+  the rest's sign does between recordings (+6.9 to −79.4 CPU s a phase).
 
 The record keeps every bin ([end wall time, *BIN_FIELDS]) and the totals. Until 2026-11-29 night,
 "foreign" was the host's process time less ours, clipped at 0 per bin: the difference above came
@@ -86,7 +93,7 @@ class ForeignCpu:
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
         self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
-        self._foreign_by_command: dict[str, float] = {}
+        self._by_command: dict[str, dict[str, float]] = {"foreign": {}, "kernel": {}}   # kind → command → CPU s
         self._owed: dict[tuple[int, float], float] = {}   # a parent's ended children counted before its children time grew
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
@@ -148,8 +155,9 @@ class ForeignCpu:
                 spent["ours"] += cpu_s[1] - last_with_children_s
                 continue
             if cpu_s[0] > last_own_s:
-                spent[self._kind(key, parent_of[key])] += cpu_s[0] - last_own_s
-                self._add_foreign(process, cpu_s[0] - last_own_s)
+                kind = self._kind(key, parent_of[key])
+                spent[kind] += cpu_s[0] - last_own_s
+                self._add_process(kind, process, cpu_s[0] - last_own_s)
             reaped[key] = (cpu_s[1] - cpu_s[0]) - (last_with_children_s - last_own_s)
         # A process that ended since the last sample: its parent's children time now holds its whole
         # CPU, of which what the earlier samples counted comes off again. What is left of a parent
@@ -175,8 +183,9 @@ class ForeignCpu:
         self._owed = {parent: cpu_s for parent, cpu_s in reaped.items() if cpu_s < 0}
         for parent, cpu_s in reaped.items():
             if cpu_s > 0 and parent not in reaped_ours:
-                spent[self._kind(parent, parent_of.get(parent))] += cpu_s
-                self._credit(ENDED_CHILDREN, cpu_s)
+                kind = self._kind(parent, parent_of.get(parent))
+                spent[kind] += cpu_s
+                self._credit(kind, ENDED_CHILDREN, cpu_s)
         self._last, self._parent_of = seen, parent_of
         self._ours = {key: value for key, value in self._ours.items() if key in seen}
         process_s, interrupt_s, steal_s = (now - last for now, last in zip(host_s, self._last_host_s))
@@ -191,23 +200,28 @@ class ForeignCpu:
         """"kernel" for the kernel's threads (kthreadd, pid 2, and its children), else "foreign"."""
         return "kernel" if key[0] == KTHREADD_PID or (parent is not None and parent[0] == KTHREADD_PID) else "foreign"
 
-    def _add_foreign(self, process: psutil.Process, cpu_s: float) -> None:
-        """Credit ``cpu_s`` to the process's command (read only for the few foreign processes that ran)."""
+    def _add_process(self, kind: str, process: psutil.Process, cpu_s: float) -> None:
+        """Credit ``cpu_s`` to the process's command under ``kind`` (its command line is read only for
+        the few processes not ours that ran)."""
         try:
             command = " ".join(process.cmdline()[:3])[:120] or process.name()
         except psutil.Error:
             return
-        self._credit(command, cpu_s)
+        self._credit(kind, command, cpu_s)
 
-    def _credit(self, command: str, cpu_s: float) -> None:
-        self._foreign_by_command[command] = self._foreign_by_command.get(command, 0.0) + cpu_s
+    def _credit(self, kind: str, command: str, cpu_s: float) -> None:
+        by_command = self._by_command[kind]
+        by_command[command] = by_command.get(command, 0.0) + cpu_s
+
+    def _heaviest(self, kind: str) -> list[dict[str, Any]]:
+        ranked = sorted(self._by_command[kind].items(), key=lambda item: -item[1])[: self.top]
+        return [{"command": c, "cpu_s": round(s, 2)} for c, s in ranked]
 
     def record(self) -> dict[str, Any]:
-        heaviest = sorted(self._foreign_by_command.items(), key=lambda item: -item[1])[: self.top]
         totals = {TOTAL_KEYS[field]: round(sum(b[1 + i] for b in self.bins), 2) for i, field in enumerate(BIN_FIELDS)}
         return {"started_wall_s": self.started_wall_s, "interval_s": self.interval_s, **totals,
                 "bins": [[round(end_s, 2), *(round(x, 3) for x in rest)] for end_s, *rest in self.bins],
-                "heaviest_foreign": [{"command": c, "cpu_s": round(s, 2)} for c, s in heaviest]}
+                "heaviest_foreign": self._heaviest("foreign"), "heaviest_kernel": self._heaviest("kernel")}
 
 
 def host_cpu_between(record: dict[str, Any], start_wall_s: float, end_wall_s: float, field: str = "foreign") -> float:
