@@ -54,6 +54,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import psutil
@@ -93,7 +94,7 @@ class ForeignCpu:
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
         self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
-        self._by_command: dict[str, dict[str, float]] = {"foreign": {}, "kernel": {}}   # kind → command → CPU s
+        self._by_command = {"foreign": Counter(), "kernel": Counter()}   # kind → command → CPU s
         self._owed: dict[tuple[int, float], float] = {}   # a parent's ended children counted before its children time grew
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
@@ -210,12 +211,10 @@ class ForeignCpu:
         self._credit(kind, command, cpu_s)
 
     def _credit(self, kind: str, command: str, cpu_s: float) -> None:
-        by_command = self._by_command[kind]
-        by_command[command] = by_command.get(command, 0.0) + cpu_s
+        self._by_command[kind][command] += cpu_s
 
     def _heaviest(self, kind: str) -> list[dict[str, Any]]:
-        ranked = sorted(self._by_command[kind].items(), key=lambda item: -item[1])[: self.top]
-        return [{"command": c, "cpu_s": round(s, 2)} for c, s in ranked]
+        return [{"command": c, "cpu_s": round(s, 2)} for c, s in self._by_command[kind].most_common(self.top)]
 
     def record(self) -> dict[str, Any]:
         totals = {TOTAL_KEYS[field]: round(sum(b[1 + i] for b in self.bins), 2) for i, field in enumerate(BIN_FIELDS)}
