@@ -67,7 +67,7 @@ KTHREADD_PID = 2                 # Linux: the kernel's threads are kthreadd's ch
 ENDED_CHILDREN = "(ended children of other processes)"   # heaviest_foreign's name for what no sample saw
 
 
-def _host_s() -> tuple[float, float, float]:
+def host_cpu_s() -> tuple[float, float, float]:
     """The host's CPU seconds so far: (in processes, in interrupts, stolen by the hypervisor). Linux
     counts guest time inside user time, so it is not added again."""
     times = psutil.cpu_times()
@@ -75,7 +75,7 @@ def _host_s() -> tuple[float, float, float]:
     return process_s, getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0), getattr(times, "steal", 0.0)
 
 
-def _cpu_s(process: psutil.Process) -> tuple[float, float]:
+def process_cpu_s(process: psutil.Process) -> tuple[float, float]:
     """(its own CPU seconds, with its reaped children's)."""
     times = process.cpu_times()
     own_s = times.user + times.system
@@ -92,7 +92,7 @@ class ForeignCpu:
         self.bins: list[tuple[float, ...]] = []   # (end wall time, *BIN_FIELDS)
         self._own_pid = os.getpid()
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
-        self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its _cpu_s at the last sample
+        self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its process_cpu_s at the last sample
         self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
         self._by_command = {"foreign": Counter(), "kernel": Counter()}   # kind → command → CPU s
         self._owed: dict[tuple[int, float], float] = {}   # a parent's ended children counted before its children time grew
@@ -102,7 +102,7 @@ class ForeignCpu:
 
     def __enter__(self) -> "ForeignCpu":
         self.started_wall_s = time.time()
-        self._last_host_s = _host_s()
+        self._last_host_s = host_cpu_s()
         self._sample(first=True)
         self._thread.start()
         return self
@@ -132,7 +132,7 @@ class ForeignCpu:
         """BIN_FIELDS' CPU seconds since the previous sample (zeros for the first, which sets the
         baselines): other processes' by what each spent, interrupts and steal from the host's
         counters, and what the host counted beyond every process (unattributed, signed)."""
-        host_s = _host_s()
+        host_s = host_cpu_s()
         processes = []
         for process in psutil.process_iter():
             try:
@@ -145,7 +145,7 @@ class ForeignCpu:
         seen, parent_of = {}, {}
         for process, key in sorted(processes, key=lambda item: item[1][1]):   # parents before their children
             try:
-                cpu_s = _cpu_s(process)
+                cpu_s = process_cpu_s(process)
                 parent_of[key] = parents.get(process.ppid())
                 ours = self._is_ours(process, key, parent_of[key])
             except psutil.Error:

@@ -165,7 +165,6 @@ def test_kernel_threads_are_listed_apart_from_other_commands(monkeypatch):
     watch._sample(first=True)
     kdamond.own_s, kthreadd.children_s, other.own_s = 3.0, 0.5, 1.0
     foreign_s, *_, kernel_s, _ = watch._sample()
-    watch.bins.append((time.time(), foreign_s, 0.0, 0.0, kernel_s, 0.0))
     record = watch.record()
     assert (foreign_s, kernel_s) == (1.0, 3.5)
     assert record["heaviest_foreign"] == [{"command": "someone-else 600", "cpu_s": 1.0}], record
