@@ -79,6 +79,16 @@ def test_residual_regression_keeps_error_low_and_uncertainty_is_honest():
     assert 0.2 * err <= auto.model_std <= 5 * err + 0.02
 
 
+def test_a_device_alone_carries_the_models_error_beside_its_windows_spread():
+    devices, runs = load_trace(TRACE)
+    seen, _ = split(devices, runs)
+    model = ThroughputModel.fit(devices, seen)
+    steps, std = model.predict(1 << np.arange(len(devices)))
+    window = np.array([d.steps_per_s_std / d.steps_per_s for d in devices])
+    assert std / steps == pytest.approx(np.sqrt(window ** 2 + model.model_std ** 2), rel=1e-9)
+    assert np.all(std / steps >= model.model_std)
+
+
 def test_no_configuration_is_predicted_faster_than_its_members_solo_rates_together():
     """The residual regression, fitted on four sets, would put some of the other 53 configurations
     up to 1.4 % above Σ r_i; no worker trains faster beside others than alone."""
