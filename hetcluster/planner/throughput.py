@@ -19,8 +19,9 @@ Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)²/R² + σ_model²) with σ_i t
 device as for several. A device alone is predicted from its solo window, and a window of a few
 seconds misses the rate the device then trains at by about as much as the model misses a set: over
 the 406 single-device configurations of the 129 repeated-truth recordings, σ_i alone stated a
-median 1.4 % on the time where the trainings differed by 3.9 % RMS (z RMS 10.0); with σ_model
-added, z RMS 1.19, against 1.48 for the several-device configurations (docs/experiments.md).
+median 1.4 % on the time where the prediction missed the trainings by 3.9 % RMS (z RMS 10.0);
+with σ_model added, z RMS 1.19, against 1.48 for the several-device configurations
+(docs/experiments.md).
 """
 
 from __future__ import annotations
