@@ -18,7 +18,10 @@ same for every partner, since the best one, picked by the trainings it is scored
 one whose trainings happened to run fast (by whether the fastest device is the server). And, for
 profiles that keep each solo window's step completions (``solo_window_ends_s``) and windows of
 more than FEW_WINDOW_STEPS steps, the same run read over its first SHORT_WINDOW_STEPS steps only:
-what a short window would have read, paired with the whole window on the same run.
+what a short window would have read, paired with the whole window on the same run. And each member of
+each calibration set: its rate in the set (its steps there over the set's window) against its steady
+rate when that same configuration trained, by how many steps it took in the set (a slow member of a
+short set is timed over a handful of steps, as a slow device's short solo window is).
 
     .venv/bin/python experiments/solo_rates.py [--from DIR ...]
 
@@ -124,11 +127,28 @@ def report(raw: Path) -> dict[str, Any]:
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     paired = [first_steps[name] for name in first_steps if name != fastest.name and name in window_steps]
+    set_members = [member for run in data["profile"].get("runs", []) for member in _set_members(run, runs)]
     return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
             "ratio_errors": ratios, "others": others, "best_pair": best_pair, "pair_gains": pair_gains,
             # the fastest device's class (a 'server*2' fleet names its members server-1, server-2);
             # profiles recorded before device_class carry none: the name is the class then
-            "fastest_class": fastest.device_class or fastest.name, "spreads": spreads, "paired": paired}
+            "fastest_class": fastest.device_class or fastest.name, "spreads": spreads, "paired": paired,
+            "set_members": set_members}
+
+
+def _set_members(run: dict[str, Any], trainings: dict[frozenset, list[dict[str, Any]]]) -> list[tuple[float, float]]:
+    """(steps in the set, rate in the set over the mean steady rate in the trainings of the same
+    configuration, less one) of each member of one calibration set; only members whose every
+    training of that configuration recorded their steady rate, and only with two or more trainings."""
+    trained = trainings.get(frozenset(run["devices"]), [])
+    if len(run["devices"]) < 2 or len(trained) < 2 or run.get("time_s", 0) <= 0:
+        return []
+    members = []
+    for name, steps in run.get("per_device_steps", {}).items():
+        rates = [t.get("steady_steps_per_s", {}).get(name) for t in trained]
+        if steps > 0 and all(rates):
+            members.append((steps, steps / run["time_s"] / statistics.fmean(rates) - 1))
+    return members
 
 
 def _pair_gains(configurations: list[dict[str, Any]], table, fastest: str) -> list[tuple[str, float, float]]:
@@ -215,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(p[0] for p in paired):+.1%} against their trainings ({sum(p[0] < 0 for p in paired)} below), "
               f"the whole first window {statistics.median(p[1] for p in paired):+.1%} ({sum(p[1] < 0 for p in paired)} below); "
               f"the first steps slower than the whole window in {sum(p[0] < p[1] for p in paired)}")
+    members = [m for r in reports for m in r["set_members"]]
+    for short in (True, False):
+        chosen = [m[1] for m in members if (m[0] <= FEW_WINDOW_STEPS) == short]
+        if chosen:
+            print(f"calibration sets' members with {'<=' if short else '>'} {FEW_WINDOW_STEPS} steps in the set, over "
+                  f"{len(chosen)}: rate in the set against the same configuration's trainings, median "
+                  f"{statistics.median(chosen):+.1%} ({sum(e < 0 for e in chosen)} below)")
     return 0
 
 

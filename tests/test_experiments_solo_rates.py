@@ -91,3 +91,28 @@ def test_a_long_window_with_its_completions_is_also_read_over_its_first_steps(tm
     nano["solo_window_ends_s"] = [ends[:8]]
     raw.write_text(json.dumps(data))
     assert solo_rates.report(raw)["paired"] == []
+
+
+def test_each_member_of_a_calibration_set_is_read_against_the_same_configurations_trainings():
+    """A member's rate in a set (its steps there over the set's window) against its steady rate in
+    the trainings of that configuration; a member some training did not record is left out."""
+    run = {"devices": ["phone", "rpi4"], "time_s": 2.0, "per_device_steps": {"phone": 18.0, "rpi4": 6.0}}
+    trainings = {frozenset(["phone", "rpi4"]): [{"steady_steps_per_s": {"phone": 9.0, "rpi4": 3.0}},
+                                                {"steady_steps_per_s": {"phone": 11.0}}]}
+    [(steps, error)] = solo_rates._set_members(run, trainings)
+    assert steps == 18.0 and error == pytest.approx(9.0 / 10.0 - 1)
+    trainings[frozenset(["phone", "rpi4"])][1]["steady_steps_per_s"]["rpi4"] = 2.0
+    members = dict(solo_rates._set_members(run, trainings))
+    assert members[6.0] == pytest.approx(3.0 / 2.5 - 1) and len(members) == 2
+    # a lone device is no set, and one training is no mean of the trainings
+    assert solo_rates._set_members({**run, "devices": ["phone"]}, {frozenset(["phone"]): trainings[frozenset(["phone", "rpi4"])]}) == []
+    assert solo_rates._set_members(run, {frozenset(["phone", "rpi4"]): trainings[frozenset(["phone", "rpi4"])][:1]}) == []
+
+
+def test_the_summary_reads_the_set_members_of_a_committed_recording(capsys):
+    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-smallcnn-xrr"])
+    members = solo_rates.report(raw)["set_members"]
+    # three sets: jetson-xavier+rpi4-1+rpi4-2, jetson-xavier+rpi4-1, rpi4-1+rpi4-2; seven members
+    assert len(members) == 7 and all(steps > 0 for steps, _ in members)
+    assert solo_rates.main(["--from", str(RESULTS / "full-x2-r2-smallcnn-xrr")]) == 0
+    assert "calibration sets' members with <= 8 steps in the set, over" in capsys.readouterr().out
