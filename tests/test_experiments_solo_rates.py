@@ -97,16 +97,16 @@ def test_each_member_of_a_calibration_set_is_read_against_the_same_configuration
     """A member's rate in a set (its steps there over the set's window) against its steady rate in
     the trainings of that configuration; a member some training did not record is left out."""
     run = {"devices": ["phone", "rpi4"], "time_s": 2.0, "per_device_steps": {"phone": 18.0, "rpi4": 6.0}}
-    trainings = {frozenset(["phone", "rpi4"]): [{"steady_steps_per_s": {"phone": 9.0, "rpi4": 3.0}},
-                                                {"steady_steps_per_s": {"phone": 11.0}}]}
+    pair = [{"steady_steps_per_s": {"phone": 9.0, "rpi4": 3.0}}, {"steady_steps_per_s": {"phone": 11.0}}]
+    trainings = {frozenset(["phone", "rpi4"]): pair}
     [(steps, error)] = solo_rates._set_members(run, trainings)
     assert steps == 18.0 and error == pytest.approx(9.0 / 10.0 - 1)
-    trainings[frozenset(["phone", "rpi4"])][1]["steady_steps_per_s"]["rpi4"] = 2.0
+    pair[1]["steady_steps_per_s"]["rpi4"] = 2.0
     members = dict(solo_rates._set_members(run, trainings))
     assert members[6.0] == pytest.approx(3.0 / 2.5 - 1) and len(members) == 2
     # a lone device is no set, and one training is no mean of the trainings
-    assert solo_rates._set_members({**run, "devices": ["phone"]}, {frozenset(["phone"]): trainings[frozenset(["phone", "rpi4"])]}) == []
-    assert solo_rates._set_members(run, {frozenset(["phone", "rpi4"]): trainings[frozenset(["phone", "rpi4"])][:1]}) == []
+    assert solo_rates._set_members({**run, "devices": ["phone"]}, {frozenset(["phone"]): pair}) == []
+    assert solo_rates._set_members(run, {frozenset(["phone", "rpi4"]): pair[:1]}) == []
 
 
 def test_the_summary_reads_the_set_members_of_a_committed_recording(capsys):
