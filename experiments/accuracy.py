@@ -30,7 +30,7 @@ renders its results share these functions, and tests feed them hand-made evaluat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import pandas as pd
 
@@ -109,30 +109,35 @@ def _rounds(part: pd.DataFrame) -> dict[str, Any]:
             "rounds_agree": _rate(part["rounds_agree"])}
 
 
-def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float) -> pd.DataFrame:
-    """The headline table: per objective and overall, exact and within-5% accuracy beside the reference."""
-    rows = []
-    for objective in [o for o in OBJECTIVES if o in set(choices["objective"])]:
-        part = choices[choices["objective"] == objective]
-        rows.append({"scope": objective, "cases": len(part), "exact": _rate(part["exact"]),
-                     "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
-                     "mean_regret": part["regret"].dropna().mean(), **_clear(part), **_separated(part),
-                     "best_among_near_ties": _rate(part["best_among_near_ties"]), **_rounds(part)})
-    rows.append({"scope": "all", "cases": len(choices), "exact": _rate(choices["exact"]),
-                 "within_5pct": _rate(choices["within_5pct"]), "within_noise": _rate(choices["within_noise"]),
-                 "mean_regret": choices["regret"].dropna().mean(), **_clear(choices), **_separated(choices),
-                 "best_among_near_ties": _rate(choices["best_among_near_ties"]), **_rounds(choices),
+def _scope_row(scope: str, part: pd.DataFrame) -> dict[str, Any]:
+    """The accuracy figures of one slice of the choices (an objective, all, or a named group)."""
+    return {"scope": scope, "cases": len(part), "exact": _rate(part["exact"]),
+            "within_5pct": _rate(part["within_5pct"]), "within_noise": _rate(part["within_noise"]),
+            "mean_regret": part["regret"].dropna().mean(), **_clear(part), **_separated(part),
+            "best_among_near_ties": _rate(part["best_among_near_ties"]), **_rounds(part)}
+
+
+def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float,
+                  groups: Mapping[str, Collection[str]] | None = None) -> pd.DataFrame:
+    """The headline table: per objective and overall, exact and within-5% accuracy beside the reference.
+    ``groups``: further scopes, each the choices of a set of models (the ``model`` column) — e.g.
+    ``unseen``, the recordings whose fleet and model were chosen before any of their results were seen."""
+    rows = [_scope_row(objective, choices[choices["objective"] == objective])
+            for objective in OBJECTIVES if objective in set(choices["objective"])]
+    rows.append({**_scope_row("all", choices),
                  "mape_time": models["mape_time"].mean(), "mape_energy": models["mape_energy"].mean(),
                  "mape_time_training": models["mape_time_training"].mean(),
                  "mape_energy_training": models["mape_energy_training"].mean(),
                  "pretrain_overhead": models["pretrain_overhead"].mean()})
+    rows += [_scope_row(name, choices[choices["model"].isin(set(members))]) for name, members in (groups or {}).items()]
     rows.append({"scope": "reference paper", "exact": reference})
     return pd.DataFrame(rows)
 
 
-def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], reference: float
-           ) -> dict[str, pd.DataFrame]:
-    """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary."""
+def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], reference: float,
+           groups: Mapping[str, Collection[str]] | None = None) -> dict[str, pd.DataFrame]:
+    """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary
+    (with a row per group of ``groups``: see summary_table)."""
     choices = pd.DataFrame([r for model, _, ev in runs for r in choice_rows(model, ev)],
                            columns=["model", "objective", "chosen", "best", "exact", "regret", "within_5pct",
                                     "within_noise", "near_ties", "best_among_near_ties", "separated",
@@ -140,7 +145,7 @@ def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], ref
     models = pd.DataFrame([model_row(model, setting, ev) for model, setting, ev in runs])
     configs = pd.DataFrame([r for model, _, ev in runs for r in configuration_rows(model, ev)])
     return {"choices": choices, "models": models, "configurations": configs,
-            "summary": summary_table(choices, models, reference)}
+            "summary": summary_table(choices, models, reference, groups)}
 
 
 def plot_accuracy(summary: pd.DataFrame, reference: float, path: Path) -> Path:

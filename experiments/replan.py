@@ -15,7 +15,9 @@ revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
     .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
     .venv/bin/python experiments/replan.py --all-repeated [--without-sets | --without-rate-revision]   # the headline over every repeated truth
 
-DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
+--all-repeated's summary.csv has a row per objective, one for all, and one for "unseen": the recordings
+listed in results/choice_accuracy/unseen.txt, whose fleet and model were chosen before any of their results
+were seen. DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
 own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
 an evaluation whose predictions cannot be reproduced says so: see --check).
@@ -115,9 +117,19 @@ def repeated_truth(evaluation: dict[str, Any]) -> bool:
     return all(len(c.get("repeats", [])) > 1 for c in evaluation["configurations"])
 
 
+def unseen_folders(root: Path) -> set[str]:
+    """The recording folders listed in root/unseen.txt (one per line, # comments): those whose fleet
+    and model were chosen before any of their results were seen. None listed without the file."""
+    listing = root / "unseen.txt"
+    if not listing.exists():
+        return set()
+    return {line.strip() for line in listing.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
 def rescore_repeated(root: Path, out: Path, without: str | None = None, check: bool = False) -> dict[str, Any]:
     """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
-    (rows labelled <folder>/<model>): the headline accuracy over all of them."""
+    (rows labelled <folder>/<model>): the headline accuracy over all of them, and over the unseen
+    ones (root/unseen.txt) as the summary's scope "unseen"."""
     from accuracy import plot_accuracy, tables
     from common import REFERENCE_EXACT_RATE
 
@@ -128,7 +140,12 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
             runs.append((f"{result.parents[1].name}/{result.stem}", *replanned))
     if not runs:
         raise SystemExit(f"no repeated-truth evaluation with a whole profile under {root}")
-    frames = tables(runs, REFERENCE_EXACT_RATE)
+    unseen = unseen_folders(root)
+    unknown = unseen - {model.split("/")[0] for model, _, _ in runs}
+    if unknown:
+        raise SystemExit(f"{root / 'unseen.txt'} lists folders with no repeated-truth recording: {', '.join(sorted(unknown))}")
+    groups = {"unseen": [model for model, _, _ in runs if model.split("/")[0] in unseen]} if unseen else {}
+    frames = tables(runs, REFERENCE_EXACT_RATE, groups)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("choices", "summary"):
         frames[name].to_csv(out / f"{name}.csv", index=False)

@@ -73,6 +73,16 @@ def test_summary_rates_per_objective_and_overall() -> None:
     assert pd.isna(summary.loc["all", "within_noise"])  # trained once: the truth's noise is unknown
 
 
+def test_a_group_scope_scores_only_its_models_choices() -> None:
+    summary = accuracy.tables(RUNS, 0.7667, {"unseen": ["m2"]})["summary"].set_index("scope")
+    # m2: time (regret 0.5) and edp (0.049) missed, power and energy exact
+    assert summary.loc["unseen", "cases"] == 4
+    assert summary.loc["unseen", "exact"] == pytest.approx(0.5)
+    assert summary.loc["unseen", "within_5pct"] == pytest.approx(0.75)
+    assert summary.loc["all", "cases"] == 8 and summary.loc["all", "exact"] == pytest.approx(5 / 8)
+    assert list(summary.index) == ["time", "power", "energy", "edp", "all", "unseen", "reference paper"]
+
+
 def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
     ev = evaluation({"time": ["a", "b"], "edp": ["b"]}, {"time": 0.02, "edp": 0.2}, 0.1, 0.1)
     ev["objectives"]["time"]["within_noise"] = True

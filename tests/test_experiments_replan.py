@@ -98,4 +98,13 @@ def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> No
     summary = frames["summary"].set_index("scope")
     assert summary.loc["all", "cases"] == 4 and summary.loc["all", "separated_cases"] == 4
     assert summary.loc["all", "exact"] == pytest.approx(1.0)
+    assert "unseen" not in summary.index   # no unseen.txt: no such scope
     assert (tmp_path / "out" / "summary.csv").exists() and (tmp_path / "out" / "accuracy.png").exists()
+
+    (tmp_path / "root" / "unseen.txt").write_text("# chosen before any result was seen\nfull-x4-r2-5dev\n")
+    summary = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")["summary"].set_index("scope")
+    assert summary.loc["unseen", "cases"] == 4 and summary.loc["unseen", "exact"] == pytest.approx(1.0)
+
+    (tmp_path / "root" / "unseen.txt").write_text("full-x4-r2-5dev\nfull-x4-r2-typo\n")
+    with pytest.raises(SystemExit, match="no repeated-truth recording: full-x4-r2-typo"):
+        replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
