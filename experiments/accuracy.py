@@ -134,6 +134,47 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float,
     return pd.DataFrame(rows)
 
 
+def _share(share: float | None, of: float | None, *, out_of: bool = False) -> str:
+    """A count and its share of ``of`` cases ("583 (84 %)", or "478 of 510 (94 %)" with ``out_of``)."""
+    if share is None or of is None or pd.isna(share) or pd.isna(of):
+        return "–"
+    count = f"{round(share * of)} of {int(of)}" if out_of else f"{round(share * of)}"
+    return f"{count} ({100 * share:.0f} %)"
+
+
+def _percent(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None or pd.isna(value) else f"{100 * value:.{digits}f} %"
+
+
+MARKDOWN_COLUMNS = ("scope", "cases", "exact", "within the truth's noise", "exact where the truth separates its best",
+                    "exact where the plan names no near-tie", "best chosen or a named near-tie", "against one round",
+                    "rounds agree", "ceiling √(rounds agree)")
+
+
+def markdown_table(summary: pd.DataFrame) -> str:
+    """summary_table's counts as a Markdown table for the README: a row for all (bold), each group
+    (e.g. unseen) and each objective, every share with its count; *ceiling* is what a planner that knew
+    every configuration's expected cost would score against one round (sqrt(rounds_agree))."""
+    rows = summary.set_index("scope")
+    scopes = ["all", *[s for s in rows.index if s not in (*OBJECTIVES, "all", "reference paper")],
+              *[o for o in OBJECTIVES if o in rows.index]]
+    lines = ["| " + " | ".join(MARKDOWN_COLUMNS) + " |", "|" + "---|" * len(MARKDOWN_COLUMNS)]
+    for scope in scopes:
+        row = rows.loc[scope]
+        cases = row["cases"]
+        agree = row["rounds_agree"]
+        cells = [scope if scope != "edp" else "EDP", f"{int(cases)}", _share(row["exact"], cases),
+                 _share(row["within_noise"], cases),
+                 _share(row["exact_when_separated"], row["separated_cases"], out_of=True),
+                 _share(row["exact_when_clear"], row["clear_cases"], out_of=True),
+                 _share(row["best_among_near_ties"], cases), _percent(row["exact_vs_one_round"]),
+                 _share(agree, cases), _percent(None if agree is None or pd.isna(agree) else agree ** 0.5)]
+        if scope == "all":
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def tables(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], reference: float,
            groups: Mapping[str, Collection[str]] | None = None) -> dict[str, pd.DataFrame]:
     """``runs``: (model, setting, evaluation JSON). Returns choices, models, configurations, summary

@@ -17,7 +17,8 @@ revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 
 --all-repeated's summary.csv has a row per objective, one for all, and one for "unseen": the recordings
 listed in results/choice_accuracy/unseen.txt, whose fleet and model were chosen before any of their results
-were seen. DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
+were seen; summary.md holds its counts as a Markdown table, which the headline run (no ablation, default
+--to) also writes into the README between its markers. DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
 own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
 an evaluation whose predictions cannot be reproduced says so: see --check).
@@ -35,7 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS, read_json, write_json  # noqa: E402
+from common import RESULTS, ROOT, read_json, write_json  # noqa: E402
+from hetcluster.fileio import write_text_atomic  # noqa: E402
 
 log = logging.getLogger("replan")
 
@@ -130,27 +132,48 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
     """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
     (rows labelled <folder>/<model>): the headline accuracy over all of them, and over the unseen
     ones (root/unseen.txt) as the summary's scope "unseen"."""
-    from accuracy import plot_accuracy, tables
+    from accuracy import markdown_table, plot_accuracy, tables
     from common import REFERENCE_EXACT_RATE
 
-    runs = []
-    for result in (r for folder in sorted(root.iterdir()) if (folder / "raw").is_dir() for r in recordings(folder / "raw")):
-        replanned = replan_file(result, without, check, repeated_only=True)
-        if replanned is not None:
-            runs.append((f"{result.parents[1].name}/{result.stem}", *replanned))
+    runs, folder_of = [], {}
+    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
+        for result in recordings(folder / "raw"):
+            replanned = replan_file(result, without, check, repeated_only=True)
+            if replanned is not None:
+                label = f"{folder.name}/{result.stem}"
+                runs.append((label, *replanned))
+                folder_of[label] = folder.name
     if not runs:
         raise SystemExit(f"no repeated-truth evaluation with a whole profile under {root}")
     unseen = unseen_folders(root)
-    unknown = unseen - {model.split("/")[0] for model, _, _ in runs}
+    unknown = unseen - set(folder_of.values())
     if unknown:
         raise SystemExit(f"{root / 'unseen.txt'} lists folders with no repeated-truth recording: {', '.join(sorted(unknown))}")
-    groups = {"unseen": [model for model, _, _ in runs if model.split("/")[0] in unseen]} if unseen else {}
+    groups = {"unseen": [label for label, folder in folder_of.items() if folder in unseen]} if unseen else {}
     frames = tables(runs, REFERENCE_EXACT_RATE, groups)
     out.mkdir(parents=True, exist_ok=True)
     for name in ("choices", "summary"):
         frames[name].to_csv(out / f"{name}.csv", index=False)
+    write_text_atomic(out / "summary.md", markdown_table(frames["summary"]))
     plot_accuracy(frames["summary"], REFERENCE_EXACT_RATE, out / "accuracy.png")
     return frames
+
+
+README_TABLE_MARKERS = ("<!-- choice-accuracy table: replanned-repeated/summary.md, written by experiments/replan.py "
+                        "--all-repeated -->", "<!-- end of the choice-accuracy table -->")
+
+
+def readme_with_table(readme: str, table: str) -> str:
+    """The README with the text between README_TABLE_MARKERS replaced by ``table``, indented like the
+    start marker (the table sits in a list item)."""
+    start, end = README_TABLE_MARKERS
+    if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
+        raise SystemExit(f"the README needs the choice-accuracy table's markers once each: {start} ... {end}")
+    head, rest = readme.split(start)
+    indent = head[head.rindex("\n") + 1:]
+    tail = rest.split(end)[1]
+    body = "".join(f"{indent}{line}\n" if line else "\n" for line in table.splitlines())
+    return f"{head}{start}\n{body}{indent}{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.to or root / f"replanned-repeated{suffix}").resolve()
         frames = rescore_repeated(root, out, args.without, args.check)
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
+        if args.to is None and args.without is None:   # the headline: the README shows its table
+            readme = ROOT / "README.md"
+            write_text_atomic(readme, readme_with_table(readme.read_text(), (out / "summary.md").read_text()))
+            log.info("the README's choice-accuracy table now shows %s", out / "summary.md")
         log.info("results in %s", out)
         return 0
     from choice_accuracy import EXTRA, FULL, REDUCED, render

@@ -83,6 +83,20 @@ def test_a_group_scope_scores_only_its_models_choices() -> None:
     assert list(summary.index) == ["time", "power", "energy", "edp", "all", "unseen", "reference paper"]
 
 
+def test_the_markdown_table_gives_each_scope_its_counts_all_first() -> None:
+    summary = accuracy.tables(RUNS, 0.7667, {"unseen": ["m2"]})["summary"]
+    lines = accuracy.markdown_table(summary).splitlines()
+    assert lines[0] == "| " + " | ".join(accuracy.MARKDOWN_COLUMNS) + " |"
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| **all**", "| unseen", "| time", "| power", "| energy",
+                                                          "| EDP"]
+    assert lines[2].startswith("| **all** | **8** | **5 (62 %)** |")   # 5 of 8 exact: bold, with its count
+    assert lines[3].startswith("| unseen | 4 | 2 (50 %) |")
+    assert lines[3].endswith("| – | – | – | – | – | – | – |")   # no repeated truth, no near-ties recorded
+    summary.loc[summary["scope"] == "all", ["separated_cases", "exact_when_separated", "rounds_agree"]] = [4, 0.75, 0.81]
+    assert "| **3 of 4 (75 %)** |" in accuracy.markdown_table(summary).splitlines()[2]
+    assert accuracy.markdown_table(summary).splitlines()[2].endswith("| **90.0 %** |")   # sqrt(0.81)
+
+
 def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
     ev = evaluation({"time": ["a", "b"], "edp": ["b"]}, {"time": 0.02, "edp": 0.2}, 0.1, 0.1)
     ev["objectives"]["time"]["within_noise"] = True

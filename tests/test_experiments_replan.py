@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -100,6 +101,7 @@ def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> No
     assert summary.loc["all", "exact"] == pytest.approx(1.0)
     assert "unseen" not in summary.index   # no unseen.txt: no such scope
     assert (tmp_path / "out" / "summary.csv").exists() and (tmp_path / "out" / "accuracy.png").exists()
+    assert (tmp_path / "out" / "summary.md").read_text().splitlines()[2].startswith("| **all** | **4** | **4 (100 %)** |")
 
     (tmp_path / "root" / "unseen.txt").write_text("# chosen before any result was seen\nfull-x4-r2-5dev\n")
     summary = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")["summary"].set_index("scope")
@@ -108,3 +110,26 @@ def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> No
     (tmp_path / "root" / "unseen.txt").write_text("full-x4-r2-5dev\nfull-x4-r2-typo\n")
     with pytest.raises(SystemExit, match="no repeated-truth recording: full-x4-r2-typo"):
         replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
+
+
+def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
+    start, end = replan.README_TABLE_MARKERS
+    readme = f"# title\n- item:\n\n  {start}\n  | old |\n  {end}\n\n  after\n"
+    assert replan.readme_with_table(readme, "| a |\n|---|\n| 1 |\n") == (
+        f"# title\n- item:\n\n  {start}\n  | a |\n  |---|\n  | 1 |\n  {end}\n\n  after\n")
+    with pytest.raises(SystemExit, match="markers once each"):
+        replan.readme_with_table("# no markers\n", "| a |\n")
+    with pytest.raises(SystemExit, match="markers once each"):
+        replan.readme_with_table(f"{end}\n{start}\n", "| a |\n")
+
+
+def test_the_readme_shows_the_committed_headline() -> None:
+    """replan.py --all-repeated writes summary.md from summary.csv and the README's table from summary.md:
+    a results commit that skipped either step fails here."""
+    import accuracy
+
+    out = EXPERIMENTS / "results" / "choice_accuracy" / "replanned-repeated"
+    table = (out / "summary.md").read_text()
+    assert table == accuracy.markdown_table(pd.read_csv(out / "summary.csv"))
+    readme = (EXPERIMENTS.parent / "README.md").read_text()
+    assert replan.readme_with_table(readme, table) == readme
