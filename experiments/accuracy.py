@@ -136,14 +136,14 @@ def summary_table(choices: pd.DataFrame, models: pd.DataFrame, reference: float,
 
 def _share(share: float | None, of: float | None, *, out_of: bool = False) -> str:
     """A count and its share of ``of`` cases ("583 (84 %)", or "478 of 510 (94 %)" with ``out_of``)."""
-    if share is None or of is None or pd.isna(share) or pd.isna(of):
+    if pd.isna(share) or pd.isna(of):   # None or NaN: not recorded
         return "–"
     count = f"{round(share * of)} of {int(of)}" if out_of else f"{round(share * of)}"
     return f"{count} ({100 * share:.0f} %)"
 
 
 def _percent(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None or pd.isna(value) else f"{100 * value:.{digits}f} %"
+    return "–" if pd.isna(value) else f"{100 * value:.{digits}f} %"
 
 
 MARKDOWN_COLUMNS = ("scope", "cases", "exact", "within the truth's noise", "exact where the truth separates its best",
@@ -168,7 +168,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
                  _share(row["exact_when_separated"], row["separated_cases"], out_of=True),
                  _share(row["exact_when_clear"], row["clear_cases"], out_of=True),
                  _share(row["best_among_near_ties"], cases), _percent(row["exact_vs_one_round"]),
-                 _share(agree, cases), _percent(None if agree is None or pd.isna(agree) else agree ** 0.5)]
+                 _share(agree, cases), _percent(None if pd.isna(agree) else agree ** 0.5)]
         if scope == "all":
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")

@@ -18,7 +18,8 @@ revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 --all-repeated's summary.csv has a row per objective, one for all, and one for "unseen": the recordings
 listed in results/choice_accuracy/unseen.txt, whose fleet and model were chosen before any of their results
 were seen; summary.md holds its counts as a Markdown table, which the headline run (no ablation, default
---to) also writes into the README between its markers. DIR defaults to experiments/results/choice_accuracy/full; the re-planned results go to
+--to) also writes into the README between its markers. DIR defaults to
+experiments/results/choice_accuracy/full; the re-planned results go to
 <from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
 own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
 an evaluation whose predictions cannot be reproduced says so: see --check).
@@ -170,7 +171,7 @@ def readme_with_table(readme: str, table: str) -> str:
     if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
         raise SystemExit(f"the README needs the choice-accuracy table's markers once each: {start} ... {end}")
     head, rest = readme.split(start)
-    indent = head[head.rindex("\n") + 1:]
+    indent = head[head.rfind("\n") + 1:]
     tail = rest.split(end)[1]
     body = "".join(f"{indent}{line}\n" if line else "\n" for line in table.splitlines())
     return f"{head}{start}\n{body}{indent}{end}{tail}"

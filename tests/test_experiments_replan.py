@@ -117,6 +117,7 @@ def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
     readme = f"# title\n- item:\n\n  {start}\n  | old |\n  {end}\n\n  after\n"
     assert replan.readme_with_table(readme, "| a |\n|---|\n| 1 |\n") == (
         f"# title\n- item:\n\n  {start}\n  | a |\n  |---|\n  | 1 |\n  {end}\n\n  after\n")
+    assert replan.readme_with_table(f"{start}\n{end}\n", "| a |\n") == f"{start}\n| a |\n{end}\n"   # first line
     with pytest.raises(SystemExit, match="markers once each"):
         replan.readme_with_table("# no markers\n", "| a |\n")
     with pytest.raises(SystemExit, match="markers once each"):
