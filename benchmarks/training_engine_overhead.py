@@ -81,11 +81,11 @@ def main() -> None:
 
     from hetcluster.models.spec import ModelSpec
     from hetcluster.training.run_job import run_in_subprocess
-    from hetcluster.training.servers import free_address, start_local_servers
+    from hetcluster.training.servers import free_addresses, start_local_servers
     from hetcluster.training.spec import ClusterAddresses, TrainSpec
 
-    cluster = ClusterAddresses(workers={"w0": free_address(), "w1": free_address()}, ps=[free_address()],
-                               chief=free_address())
+    w0, w1, ps, chief = free_addresses(4)
+    cluster = ClusterAddresses(workers={"w0": w0, "w1": w1}, ps=[ps], chief=chief)
     spec_dict = cluster.cluster_spec_dict()
     servers = start_local_servers(spec_dict, [("ps", 0), ("worker", 0), ("worker", 1)])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

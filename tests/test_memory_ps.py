@@ -17,8 +17,6 @@ import pytest
 
 
 def scenario() -> dict:
-    import socket
-
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
@@ -26,14 +24,11 @@ def scenario() -> dict:
     from hetcluster.memory import plan_for_budget
     from hetcluster.memory.executor import build_train_step
     from hetcluster.memory.keras_graph import extract_graph
+    from hetcluster.training.servers import free_addresses
     from test_memory_models import resnet_like
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("localhost", 0))
-            return s.getsockname()[1]
-
-    spec = {"worker": [f"localhost:{free_port()}" for _ in range(2)], "ps": [f"localhost:{free_port()}"]}
+    *worker_addresses, ps = free_addresses(3)
+    spec = {"worker": worker_addresses, "ps": [ps]}
     cluster = tf.train.ClusterSpec(spec)
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)  # 2 cores: workers need threads
     servers = [tf.distribute.Server(cluster, job_name=job, task_index=i, protocol="grpc", config=config, start=True)

@@ -8,13 +8,13 @@ import pytest
 
 from hetcluster.errors import TrainingError
 from hetcluster.training.engine import connect
-from hetcluster.training.servers import address_reachable, free_address
+from hetcluster.training.servers import address_reachable, free_address, free_addresses
 from hetcluster.training.spec import ClusterAddresses
 
 
 def test_unreachable_workers_and_ps_are_named_without_importing_tensorflow():
-    cluster = ClusterAddresses(workers={"pi": free_address(), "jetson": free_address()}, ps=[free_address()],
-                               chief=free_address())
+    pi, jetson, ps, chief = free_addresses(4)
+    cluster = ClusterAddresses(workers={"pi": pi, "jetson": jetson}, ps=[ps], chief=chief)
     already_loaded = "tensorflow" in sys.modules
     with pytest.raises(TrainingError, match=r"pi, jetson, ps0") as info:
         connect(cluster)

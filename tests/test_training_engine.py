@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from hetcluster.models import ModelSpec
-from hetcluster.training.servers import free_address, start_local_servers
+from hetcluster.training.servers import free_addresses, start_local_servers
 from hetcluster.training.spec import ClusterAddresses, TrainSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
@@ -28,8 +28,8 @@ def make_cluster():
     started = []
 
     def make(names):
-        addresses = ClusterAddresses(workers={n: free_address() for n in names}, ps=[free_address()],
-                                     chief=free_address())
+        *worker_addresses, ps, chief = free_addresses(len(names) + 2)
+        addresses = ClusterAddresses(workers=dict(zip(names, worker_addresses)), ps=[ps], chief=chief)
         spec = addresses.cluster_spec_dict()
         # side by side: each imports TensorFlow for seconds
         tasks = [("ps", 0)] + [("worker", i) for i in range(len(names))]

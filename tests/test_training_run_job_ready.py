@@ -14,14 +14,15 @@ from hetcluster.errors import TrainingError
 from hetcluster.models.spec import ModelSpec
 from hetcluster.training.launch import DeviceLaunchError
 from hetcluster.training.run_job import run_in_subprocess
-from hetcluster.training.servers import free_address
+from hetcluster.training.servers import free_addresses
 from hetcluster.training.spec import ClusterAddresses, TrainSpec
 
 
 @pytest.mark.tensorflow  # the child imports TensorFlow before it reads the go line
 def test_a_failed_wait_for_the_servers_ends_the_waiting_training_process(tmp_path):
     spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10)
-    cluster = ClusterAddresses(workers={"a": free_address()}, ps=[free_address()], chief=free_address())
+    worker, ps, chief = free_addresses(3)
+    cluster = ClusterAddresses(workers={"a": worker}, ps=[ps], chief=chief)
     children = []
 
     def ready() -> None:
@@ -45,7 +46,8 @@ def test_a_training_process_that_ends_without_a_result_is_a_one_line_error_with_
     script.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(script))
     spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10)
-    cluster = ClusterAddresses(workers={"a": free_address()}, ps=[free_address()], chief=free_address())
+    worker, ps, chief = free_addresses(3)
+    cluster = ClusterAddresses(workers={"a": worker}, ps=[ps], chief=chief)
     with pytest.raises(TrainingError) as raised:
         run_in_subprocess(spec, cluster, log_path=tmp_path / "run.log", timeout_s=60)
     message = str(raised.value)

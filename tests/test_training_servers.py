@@ -9,12 +9,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from hetcluster.errors import AgentError, TaskError
 from hetcluster.training import servers as servers_module
-from hetcluster.training.servers import LocalServer, free_port, wait_until_serving
+from hetcluster.training.servers import LocalServer, address_reachable, free_port, free_ports, wait_until_serving
 
 LISTEN = """
 import socket, sys, time
@@ -34,9 +35,48 @@ def _server(job: str, index: int, code: str, *args: str) -> LocalServer:
     return LocalServer(job, index, f"127.0.0.1:{args[0] if args else 1}", process, log_path, tmpdir)
 
 
+class _LowestFreePortSocket:
+    """A stand-in socket whose kernel hands out the lowest port not bound now: a released port
+    comes straight back, as a real kernel may (CI once gave two tasks one address that way)."""
+
+    bound: set[int] = set()
+
+    def __init__(self, *args):
+        self.port = None
+
+    def bind(self, address):
+        self.port = min(set(range(40000, 40100)) - self.bound)
+        self.bound.add(self.port)
+
+    def getsockname(self):
+        return ("127.0.0.1", self.port)
+
+    def close(self):
+        self.bound.discard(self.port)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def test_free_ports_are_distinct_even_when_the_kernel_reuses_a_released_port(monkeypatch):
+    monkeypatch.setattr(servers_module, "socket", SimpleNamespace(socket=_LowestFreePortSocket, AF_INET=2, SOCK_STREAM=1))
+    assert free_ports(4, "127.0.0.1") == [40000, 40001, 40002, 40003]
+    assert servers_module.free_addresses(2, "127.0.0.1") == ["127.0.0.1:40000", "127.0.0.1:40001"]
+    assert not _LowestFreePortSocket.bound  # every socket released
+
+
+def test_free_ports_are_free_and_distinct():
+    ports = free_ports(20, "127.0.0.1")
+    assert len(set(ports)) == 20
+    assert not any(address_reachable(f"127.0.0.1:{port}") for port in ports)
+
+
 def test_start_local_servers_starts_every_server_before_waiting(monkeypatch):
     # each stand-in takes 2.5 s to serve, like a TF import: side by side about 2.5 s, one after another 5+
-    ports = iter([free_port("127.0.0.1"), free_port("127.0.0.1")])
+    ports = iter(free_ports(2, "127.0.0.1"))
     monkeypatch.setattr(servers_module, "spawn_local_server",
                         lambda spec, job, index: _server(job, index, LISTEN, str(next(ports)), "2.5"))
     t0 = time.monotonic()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hetcluster.errors import AgentError, TaskError
-from hetcluster.training.servers import (LocalServer, address_reachable, free_port, one_line_tail,
+from hetcluster.training.servers import (LocalServer, address_reachable, free_ports, one_line_tail,
                                          spawn_parameter_servers, wait_until_serving)
 from hetcluster.training.spec import ClusterAddresses
 
@@ -117,8 +117,9 @@ def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, rea
             _close(clients)
             raise DeviceLaunchError(device.name, f"Device {device.name}: {error}",
                                     hint="check its agent, or leave the device out.") from error
-    addresses = ClusterAddresses(workers=workers, ps=[f"{ps_host}:{free_port('')}" for _ in range(num_ps)],
-                                 chief=f"{ps_host}:{free_port('')}")
+    *ps_ports, chief_port = free_ports(num_ps + 1, "")
+    addresses = ClusterAddresses(workers=workers, ps=[f"{ps_host}:{port}" for port in ps_ports],
+                                 chief=f"{ps_host}:{chief_port}")
     spec = addresses.cluster_spec_dict()
     launched = LaunchedCluster(addresses, {}, spawn_parameter_servers(spec), clients, ready_timeout_s)
     run_tag = uuid.uuid4().hex[:8]

@@ -8,6 +8,7 @@ has logged that it serves and its port accepts connections.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,16 +28,30 @@ from hetcluster.tfenv import tf_env
 log = logging.getLogger(__name__)
 
 
+def free_ports(count: int, host: str = "localhost") -> list[int]:
+    """``count`` distinct, currently free TCP ports on ``host``: every socket stays bound until
+    all are, so the system cannot hand the same port out twice (one released port at a time can
+    come back at once, which gave two tasks one address)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
 def free_port(host: str = "localhost") -> int:
     """A currently free TCP port on ``host`` (bind to port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_addresses(count: int, host: str = "localhost") -> list[str]:
+    """``count`` distinct ``host:port`` addresses with currently free ports."""
+    return [f"{host}:{port}" for port in free_ports(count, host)]
 
 
 def free_address(host: str = "localhost") -> str:
     """``host:port`` with a currently free port."""
-    return f"{host}:{free_port(host)}"
+    return free_addresses(1, host)[0]
 
 
 def address_reachable(address: str, timeout_s: float = 1.0) -> bool:
