@@ -194,6 +194,7 @@ def test_invalid_arguments_are_refused_and_the_agent_keeps_serving(token_server,
             client.start_task("worker", 3, {"worker": ["127.0.0.1:5000"]})
 
 
+@pytest.mark.serial  # a CPU share or a sample rate, measured: another test beside it would bend it
 def test_stream_power_delivers_at_least_10_hz(token_server, creds):
     with AgentClient(token_server.address, token_file=creds.token) as client:
         t0 = time.monotonic()

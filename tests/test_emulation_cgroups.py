@@ -103,6 +103,7 @@ def test_unwritable_tree_means_fallback(tmp_path):
         (tmp_path / "sys/fs/cgroup").chmod(0o755)
 
 
+@pytest.mark.serial  # a CPU share or a sample rate, measured: another test beside it would bend it
 @pytest.mark.root
 def test_real_cgroup_quota_slows_a_busy_process():
     cgroups = detect_cgroups(Path("/"))

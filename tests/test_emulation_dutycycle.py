@@ -57,6 +57,7 @@ def test_duty_for_share():
         run_duty_cycle(1, 0.0)
 
 
+@pytest.mark.serial  # a CPU share or a sample rate, measured: another test beside it would bend it
 def test_duty_cycle_holds_a_late_busy_child_near_its_share():
     parent = subprocess.Popen([sys.executable, "-c", LATE_CHILD])
     supervisor = DutyCycler(period_s=0.1).start(parent.pid, 0.25)

@@ -17,7 +17,10 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def emulated_fleet(root: Path, tag: str) -> Iterator[Path]:
-    """Devices fast (0.6 core) and slow (0.3 core), plus ghost; yields the folder with cluster.toml."""
+    """Devices fast (1.0 core) and slow (0.5 core), plus ghost; yields the folder with cluster.toml.
+
+    Each worker imports TensorFlow inside its device's quota (about 10 CPU seconds on a slow host):
+    at 0.3 core that took slow 33 s per job started, most of what these tests waited for."""
     import tomli_w
     import tomllib
 
@@ -25,8 +28,8 @@ def emulated_fleet(root: Path, tag: str) -> Iterator[Path]:
     from hetcluster.emulation.cluster import cluster_down, cluster_up
     from hetcluster.training.servers import free_address
 
-    profiles = [DeviceProfile("fast", 0.6, 2 << 30, 10.0, 40.0, 1000.0, 0.1),
-                DeviceProfile("slow", 0.3, 2 << 30, 2.0, 6.0, 1000.0, 0.1)]
+    profiles = [DeviceProfile("fast", 1.0, 2 << 30, 10.0, 40.0, 1000.0, 0.1),
+                DeviceProfile("slow", 0.5, 2 << 30, 2.0, 6.0, 1000.0, 0.1)]
     cluster_up(profiles, root / "cluster.toml", name=f"{tag}{os.getpid() % 100000}", state_dir=root / "state")
     try:
         data = tomllib.loads((root / "cluster.toml").read_text())
