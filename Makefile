@@ -25,9 +25,10 @@ test: setup
 	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -m 'not serial' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-## The quick loop while developing: everything but the slow end-to-end tests.
+## The quick loop while developing: everything but the slow end-to-end tests, in the same two phases.
 test-fast: setup
-	$(PY) -m pytest -m 'not slow' $(PYTEST_ARGS)
+	$(PY) -m pytest -m 'serial and not slow' $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m 'not serial and not slow' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 ## Sets up and runs the main job on the embedded default (an emulated fleet on this machine).
 demo: setup
