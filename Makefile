@@ -16,19 +16,23 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## Runs the whole test suite (slow end-to-end tests included), after the stub drift check: first the
-## tests marked serial, alone (they read the host's CPU time), then the rest in TEST_WORKERS pytest-xdist
-## workers (an end-to-end test leaves a core idle while a throttled device imports TensorFlow).
-## Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without serial tests) is not a failure.
+## The tests in two phases: first those marked serial, alone (they read the host's CPU time), then the
+## rest in TEST_WORKERS pytest-xdist workers (an end-to-end test leaves a core idle while a throttled
+## device imports TensorFlow). $(1): a marker expression both phases also need. Exit status 5 (nothing
+## selected, e.g. a PYTEST_ARGS path without serial tests) is not a failure.
+define pytest_in_two_phases
+	$(PY) -m pytest -m 'serial$(if $(1), and $(1))' $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+endef
+
+## Runs the whole test suite (slow end-to-end tests included), after the stub drift check.
 test: setup
 	PYTHON=$(PY) scripts/check_protos.sh
-	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -m 'not serial' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(call pytest_in_two_phases)
 
-## The quick loop while developing: everything but the slow end-to-end tests, in the same two phases.
+## The quick loop while developing: everything but the slow end-to-end tests.
 test-fast: setup
-	$(PY) -m pytest -m 'serial and not slow' $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -m 'not serial and not slow' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(call pytest_in_two_phases,not slow)
 
 ## Sets up and runs the main job on the embedded default (an emulated fleet on this machine).
 demo: setup
