@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## The tests in two phases: first those marked serial, alone (they read the host's CPU time), then the
-## rest in TEST_WORKERS pytest-xdist workers (an end-to-end test leaves a core idle while a throttled
-## device imports TensorFlow). $(1): a marker expression both phases also need. Exit status 5 (nothing
-## selected, e.g. a PYTEST_ARGS path without serial tests) is not a failure.
+## The tests in two phases: first those marked serial, alone (they read the host's CPU time or measure
+## a CPU share or a rate), then the rest in TEST_WORKERS pytest-xdist workers (an end-to-end test leaves
+## a core idle while a throttled device imports TensorFlow). $(1): a marker expression both phases also
+## need. Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without serial tests) is not a failure.
 define pytest_in_two_phases
 	$(PY) -m pytest -m 'serial$(if $(1), and $(1))' $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
