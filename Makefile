@@ -18,11 +18,13 @@ setup: $(STAMP)
 
 ## The tests in two phases: first those marked serial, alone (they read the host's CPU time or measure
 ## a CPU share or a rate), then the rest in TEST_WORKERS pytest-xdist workers (an end-to-end test leaves
-## a core idle while a throttled device imports TensorFlow). $(1): a marker expression both phases also
-## need. Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without serial tests) is not a failure.
+## a core idle while a throttled device imports TensorFlow); tests marked xdist_group(NAME) share one
+## worker (--dist loadgroup), e.g. to share the TF servers a module fixture started. $(1): a marker
+## expression both phases also need. Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without
+## serial tests) is not a failure.
 define pytest_in_two_phases
 	$(PY) -m pytest -m 'serial$(if $(1), and $(1))' $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
 endef
 
 ## Runs the whole test suite (slow end-to-end tests included), after the stub drift check.

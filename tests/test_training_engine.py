@@ -22,24 +22,42 @@ pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 MODEL = ModelSpec("small_cnn", (16, 16, 3), classes=4, batch_size=8)
 
 
+def _start_cluster(names):
+    """1 ps + named workers, started side by side (each imports TensorFlow for seconds)."""
+    *worker_addresses, ps, chief = free_addresses(len(names) + 2)
+    addresses = ClusterAddresses(workers=dict(zip(names, worker_addresses)), ps=[ps], chief=chief)
+    tasks = [("ps", 0)] + [("worker", i) for i in range(len(names))]
+    return addresses, dict(zip(["ps", *names], start_local_servers(addresses.cluster_spec_dict(), tasks)))
+
+
 @pytest.fixture
 def make_cluster():
     """Start 1 ps + named workers; stop them all at teardown."""
     started = []
 
     def make(names):
-        *worker_addresses, ps, chief = free_addresses(len(names) + 2)
-        addresses = ClusterAddresses(workers=dict(zip(names, worker_addresses)), ps=[ps], chief=chief)
-        spec = addresses.cluster_spec_dict()
-        # side by side: each imports TensorFlow for seconds
-        tasks = [("ps", 0)] + [("worker", i) for i in range(len(names))]
-        servers = dict(zip(["ps", *names], start_local_servers(spec, tasks)))
+        addresses, servers = _start_cluster(names)
         started.extend(servers.values())
         return addresses, servers
 
     yield make
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster():
+    """1 ps + workers a and b for the tests that leave their servers as they found them: each run
+    is a new client of the same servers, as pre-training's runs are (its shared servers), which
+    saves each test three TF server starts. make test keeps these tests on one xdist worker
+    (xdist_group, --dist loadgroup); a test that kills or stops a server for good takes its own."""
+    addresses, servers = _start_cluster(["a", "b"])
+    yield addresses, servers
+    for server in servers.values():
+        server.stop()
+
+
+shares_servers = pytest.mark.xdist_group("training-engine-shared-servers")
 
 
 def _check_consistent(result, workers):
@@ -116,7 +134,8 @@ def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
     _check_consistent(result, ["a", "b"])
 
 
-def test_the_start_barrier_gives_every_worker_one_first_step_before_the_rest(make_cluster):
+@shares_servers
+def test_the_start_barrier_gives_every_worker_one_first_step_before_the_rest(shared_cluster):
     """ClusterCoordinator's threads each take one of the barrier's closures; worker b, stopped
     (SIGSTOP) for 1.5 s as the run begins, holds the round, and a waits instead of training."""
     import os
@@ -125,7 +144,7 @@ def test_the_start_barrier_gives_every_worker_one_first_step_before_the_rest(mak
 
     from hetcluster.training.run_job import run_in_subprocess
 
-    addresses, servers = make_cluster(["a", "b"])
+    addresses, servers = shared_cluster
     paused = threading.Event()
 
     def pause_b(done, to_do, elapsed_s):
@@ -162,11 +181,12 @@ _GATE_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster, tmp_path):
+@shares_servers
+def test_update_gate_stops_at_the_total_even_when_overscheduled(shared_cluster, tmp_path):
     import json
     import os
 
-    addresses, _ = make_cluster(["a", "b"])
+    addresses, _ = shared_cluster
     # the script ends with os._exit, past autograph's clean-up: its temporary files go to the test's folder
     out = subprocess.run([sys.executable, "-c", _GATE_SCRIPT, json.dumps(addresses.to_dict())], capture_output=True,
                          text=True, timeout=300, check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
@@ -181,12 +201,13 @@ def test_update_gate_stops_at_the_total_even_when_overscheduled(make_cluster, tm
 
 
 
-def test_stop_request_ends_at_a_round_boundary_with_a_checkpoint(make_cluster, tmp_path):
+@shares_servers
+def test_stop_request_ends_at_a_round_boundary_with_a_checkpoint(shared_cluster, tmp_path):
     import threading
 
     from hetcluster.training.run_job import run_in_subprocess
 
-    addresses, _ = make_cluster(["a"])
+    addresses = shared_cluster[0].subset(["a"])   # b stays idle
     stop = threading.Event()
 
     def stop_early(done, to_do, elapsed_s):
