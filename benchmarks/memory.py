@@ -170,7 +170,8 @@ def verified(label: str, spec: dict[str, Any], key: str, budget: int, shrink, gr
     Over the budget: shrink and measure again (up to 3 times). Under it: grow and measure again
     while it stays under (up to ``max_grows`` times, and never past the third measurement), so a
     pessimistic prediction does not shortchange plain TF. Each measurement is a fresh process that
-    imports TensorFlow; the notebook's reduced (CI) run passes ``max_grows=0``.
+    imports TensorFlow; the memory-capacity notebook's test passes 0
+    (HETCLUSTER_MEMORY_MAX_GROWS).
     """
     best = None
     grown = 0

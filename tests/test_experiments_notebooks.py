@@ -30,7 +30,7 @@ def reduced(out_dir: Path) -> dict[str, str]:
 def test_memory_capacity_notebook_scheduler_fits_at_least_plain(tmp_path: Path) -> None:
     # each value is measured at its prediction (shrunk while over the budget) and not grown past it:
     # every measurement is a process importing TensorFlow: growing took 10-12 of them (the test 191
-    # CPU seconds on a 2-core host), not growing 5-7 (74 s). The published reduced run grows, up to twice
+    # CPU seconds on a 2-core host), not growing 5-7 (71-74 s). The published reduced run grows, up to twice
     execute("memory_capacity", {**reduced(tmp_path), "HETCLUSTER_MEMORY_MAX_GROWS": "0"}, timeout_s=600)
     batches = pd.read_csv(tmp_path / "largest_batch.csv")
     depths = pd.read_csv(tmp_path / "deepest_resnet.csv").set_index("method")

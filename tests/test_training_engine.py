@@ -48,8 +48,8 @@ def make_cluster():
 @pytest.fixture(scope="module")
 def shared_cluster():
     """1 ps + workers a and b for the tests that leave their servers as they found them: each run
-    is a new client of the same servers, as pre-training's runs are (its shared servers), which
-    saves each test three TF server starts. make test keeps these tests on one xdist worker
+    is a new client of the same servers, as pre-training's runs are (its shared servers): the three
+    start 3 TF servers instead of 8. make test keeps these tests on one xdist worker
     (xdist_group, --dist loadgroup); a test that kills or stops a server for good takes its own."""
     addresses, servers = _start_cluster(["a", "b"])
     yield addresses, servers
