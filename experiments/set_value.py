@@ -1,0 +1,154 @@
+"""What pre-training's calibration sets buy: the planner's choices with fewer of the recorded sets,
+and with a set picked after a first plan instead of fixed in advance.
+
+Pre-training measures every device alone, then up to three multi-device sets in a fixed order
+(hetcluster/profiling/sets.py: the whole fleet, the two fastest, all but the fastest). Each
+repeated-truth recording (raw/<model>.json of choice_accuracy.py) keeps every set's measurement, so
+today's planner can re-plan from a prefix of them and be scored against the same truth, as
+replan.py does with all of them. Policies, per recording and objective:
+
+- ``none``: the solo runs only (replan.py --without-sets);
+- ``first 1``, ``first 2``: the solo runs and the first one or two recorded sets;
+- ``all``: every recorded set (the headline, replan.py --all-repeated);
+- ``adaptive``: the solo runs and the first set; plan; if the objective's choice or its closest
+  near-tie (Plan.near_ties) is one of the other recorded sets, add that set (one at most) and plan
+  again. For one objective it measures at most two sets, as ``first 2`` does, but picks the second
+  for the configuration the decision hinges on. It can add only a set that pre-training did measure
+  (the recorded second or third), so it bounds from below what measuring any named candidate would do.
+
+A choice is exact when it is the configuration whose trainings measured best (the mean over the
+rounds); "separated" counts only the cases whose rounds tell the best apart from every other
+configuration (evaluation.scoring), as the headline does.
+
+    .venv/bin/python experiments/set_value.py [--root DIR] [--out DIR]
+
+No training: it reads the recordings and re-fits the planner on each profile (about a minute here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, read_json  # noqa: E402
+from replan import recordings, replan, repeated_truth  # noqa: E402
+
+ACCURACY = RESULTS / "choice_accuracy"
+OBJECTIVES = ("time", "power", "energy", "edp")
+POLICIES = ("none", "first 1", "first 2", "all", "adaptive")
+
+
+def choices(devices: list, runs: list, job: Any) -> dict[str, frozenset]:
+    """Each objective's chosen configuration when the planner is fitted on ``runs`` (the sets kept)."""
+    return {name: frozenset(p.chosen) for name, p in plans(devices, runs, job).items()}
+
+
+def plans(devices: list, runs: list, job: Any) -> dict[str, Any]:
+    """Each objective's Plan from the planner fitted on the solo measurements and ``runs``."""
+    from hetcluster.cli.cmd_evaluate import plans_by_objective
+    from hetcluster.planner import FittedModels, plan
+
+    models = FittedModels.fit(devices, runs, job)
+    return plans_by_objective(plan(devices, runs, job, "edp", (), models=models).table, list(OBJECTIVES))
+
+
+def adaptive_choices(devices: list, runs: list, job: Any) -> dict[str, tuple[frozenset, bool]]:
+    """(choice, whether a set was added) per objective under the ``adaptive`` policy."""
+    first = plans(devices, runs[:1], job)
+    result = {}
+    for name, p in first.items():
+        named = [frozenset(p.chosen)] + [frozenset(t) for t in p.near_ties(1)["devices"]]
+        added = [r for r in runs[1:] if frozenset(r.devices) in named]
+        if added:
+            result[name] = (choices(devices, runs[:1] + added[:1], job)[name], True)
+        else:
+            result[name] = (frozenset(p.chosen), False)
+    return result
+
+
+def recording_rows(raw: Path) -> list[dict[str, Any]]:
+    """One row per objective of one recording: the truth's best and each policy's choice, exact or not."""
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+    evaluation = read_json(raw)
+    setting = read_json(raw.with_suffix(".setting.json"))
+    total_steps = int(setting["total_steps"])
+    scored = replan(evaluation, total_steps)["objectives"]   # the truth's best and separation, today's scoring
+    devices, runs, job = to_planner_inputs(Profile.from_dict(evaluation["profile"]), total_steps)
+    chosen = {"none": choices(devices, [], job), "first 1": choices(devices, runs[:1], job),
+              "first 2": choices(devices, runs[:2], job), "all": choices(devices, runs, job)}
+    adaptive = adaptive_choices(devices, runs, job)
+    rows = []
+    for name in OBJECTIVES:
+        best = frozenset(scored[name]["best"])
+        row = {"recording": f"{raw.parent.parent.name}/{raw.stem}", "devices": len(devices), "sets": len(runs),
+               "objective": name, "best": "+".join(sorted(best)), "separated": bool(scored[name]["separated"]),
+               "adaptive_added_set": adaptive[name][1]}
+        chosen_now = {**{policy: chosen[policy][name] for policy in POLICIES[:-1]}, "adaptive": adaptive[name][0]}
+        row.update({policy: choice == best for policy, choice in chosen_now.items()})
+        row.update({f"{policy} chose": "+".join(sorted(choice)) for policy, choice in chosen_now.items()})
+        rows.append(row)
+    return rows
+
+
+def rows_under(root: Path) -> list[dict[str, Any]]:
+    """recording_rows of every repeated-truth recording with a whole profile and calibration sets
+    under root/<folder>/raw/ (the recordings replan.py --all-repeated scores, less those without sets)."""
+    rows = []
+    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
+        for raw in recordings(folder / "raw"):
+            evaluation = read_json(raw)
+            if "format_version" in evaluation.get("profile", {}) and repeated_truth(evaluation) \
+                    and evaluation["profile"]["runs"]:
+                rows.extend(recording_rows(raw))
+    if not rows:
+        raise SystemExit(f"no repeated-truth recording with calibration sets under {root}")
+    return rows
+
+
+def summary(rows: Any) -> Any:
+    """Exact counts per policy: all cases, the separated ones, by objective and by fleet size."""
+    import pandas as pd
+
+    frames = []
+    for scope, column in (("objective", "objective"), ("devices", "devices")):
+        for value, group in [("all", rows)] + list(rows.groupby(column)):
+            if scope == "devices" and value == "all":
+                continue
+            separated = group[group["separated"]]
+            record = {"scope": f"{scope}={value}" if value != "all" else "all", "cases": len(group),
+                      "separated": len(separated), "adaptive_added_set": int(group["adaptive_added_set"].sum())}
+            for policy in POLICIES:
+                record[policy] = int(group[policy].sum())
+                record[f"{policy} (separated)"] = int(separated[policy].sum())
+            frames.append(record)
+    return pd.DataFrame(frames)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ACCURACY, help="the recordings: <root>/<folder>/raw/<model>.json")
+    parser.add_argument("--out", type=Path, help="where summary.csv and cases.csv go (default: <root>/set-value)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    cases = pd.DataFrame(rows_under(args.root))
+    out = args.out or args.root / "set-value"
+    table = summary(cases)
+    out.mkdir(parents=True, exist_ok=True)
+    cases.to_csv(out / "cases.csv", index=False)
+    table.to_csv(out / "summary.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
