@@ -79,10 +79,11 @@ def recording_rows(raw: Path) -> list[dict[str, Any]]:
     evaluation = read_json(raw)
     setting = read_json(raw.with_suffix(".setting.json"))
     total_steps = int(setting["total_steps"])
-    scored = replan(evaluation, total_steps)["objectives"]   # the truth's best and separation, today's scoring
+    scored = replan(evaluation, total_steps)["objectives"]   # every set: today's choice, the truth's best, separation
     devices, runs, job = to_planner_inputs(Profile.from_dict(evaluation["profile"]), total_steps)
     chosen = {"none": choices(devices, [], job), "first 1": choices(devices, runs[:1], job),
-              "first 2": choices(devices, runs[:2], job), "all": choices(devices, runs, job)}
+              "first 2": choices(devices, runs[:2], job),
+              "all": {name: frozenset(score["chosen"]) for name, score in scored.items()}}
     adaptive = adaptive_choices(devices, runs, job)
     rows = []
     for name in OBJECTIVES:
