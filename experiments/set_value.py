@@ -58,33 +58,39 @@ def plans(devices: list, runs: list, job: Any) -> dict[str, Any]:
     return plans_by_objective(plan(devices, runs, job, "edp", (), models=models).table, list(OBJECTIVES))
 
 
-def adaptive_choices(devices: list, runs: list, job: Any) -> dict[str, tuple[frozenset, bool]]:
-    """(choice, whether a set was added) per objective under the ``adaptive`` policy."""
-    first = plans(devices, runs[:1], job)
+def adaptive_choices(devices: list, runs: list, job: Any,
+                     first: dict[str, Any]) -> dict[str, tuple[frozenset, bool]]:
+    """(choice, whether a set was added) per objective under the ``adaptive`` policy, from ``first``:
+    the plans fitted on the first set (each added set is fitted once, whichever objectives add it)."""
+    with_added: dict[int, dict[str, frozenset]] = {}
     result = {}
     for name, p in first.items():
         named = [frozenset(p.chosen)] + [frozenset(t) for t in p.near_ties(1)["devices"]]
-        added = [r for r in runs[1:] if frozenset(r.devices) in named]
+        added = [i for i, r in enumerate(runs) if i > 0 and frozenset(r.devices) in named]
         if added:
-            result[name] = (choices(devices, runs[:1] + added[:1], job)[name], True)
+            if added[0] not in with_added:
+                with_added[added[0]] = choices(devices, [runs[0], runs[added[0]]], job)
+            result[name] = (with_added[added[0]][name], True)
         else:
             result[name] = (frozenset(p.chosen), False)
     return result
 
 
-def recording_rows(raw: Path) -> list[dict[str, Any]]:
-    """One row per objective of one recording: the truth's best and each policy's choice, exact or not."""
+def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per objective of one recording (``evaluation``, read from ``raw``): the truth's best
+    and each policy's choice, exact or not."""
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
-    evaluation = read_json(raw)
     setting = read_json(raw.with_suffix(".setting.json"))
     total_steps = int(setting["total_steps"])
     scored = replan(evaluation, total_steps)["objectives"]   # every set: today's choice, the truth's best, separation
     devices, runs, job = to_planner_inputs(Profile.from_dict(evaluation["profile"]), total_steps)
-    chosen = {"none": choices(devices, [], job), "first 1": choices(devices, runs[:1], job),
+    first = plans(devices, runs[:1], job)
+    chosen = {"none": choices(devices, [], job),
+              "first 1": {name: frozenset(p.chosen) for name, p in first.items()},
               "first 2": choices(devices, runs[:2], job),
               "all": {name: frozenset(score["chosen"]) for name, score in scored.items()}}
-    adaptive = adaptive_choices(devices, runs, job)
+    adaptive = adaptive_choices(devices, runs, job, first)
     rows = []
     for name in OBJECTIVES:
         best = frozenset(scored[name]["best"])
@@ -107,7 +113,7 @@ def rows_under(root: Path) -> list[dict[str, Any]]:
             evaluation = read_json(raw)
             if "format_version" in evaluation.get("profile", {}) and repeated_truth(evaluation) \
                     and evaluation["profile"]["runs"]:
-                rows.extend(recording_rows(raw))
+                rows.extend(recording_rows(raw, evaluation))
     if not rows:
         raise SystemExit(f"no repeated-truth recording with calibration sets under {root}")
     return rows
@@ -117,18 +123,17 @@ def summary(rows: Any) -> Any:
     """Exact counts per policy: all cases, the separated ones, by objective and by fleet size."""
     import pandas as pd
 
+    scopes = [("all", rows)] + [(f"{column}={value}", group) for column in ("objective", "devices")
+                                for value, group in rows.groupby(column)]
     frames = []
-    for scope, column in (("objective", "objective"), ("devices", "devices")):
-        for value, group in [("all", rows)] + list(rows.groupby(column)):
-            if scope == "devices" and value == "all":
-                continue
-            separated = group[group["separated"]]
-            record = {"scope": f"{scope}={value}" if value != "all" else "all", "cases": len(group),
-                      "separated": len(separated), "adaptive_added_set": int(group["adaptive_added_set"].sum())}
-            for policy in POLICIES:
-                record[policy] = int(group[policy].sum())
-                record[f"{policy} (separated)"] = int(separated[policy].sum())
-            frames.append(record)
+    for scope, group in scopes:
+        separated = group[group["separated"]]
+        record = {"scope": scope, "cases": len(group), "separated": len(separated),
+                  "adaptive_added_set": int(group["adaptive_added_set"].sum())}
+        for policy in POLICIES:
+            record[policy] = int(group[policy].sum())
+            record[f"{policy} (separated)"] = int(separated[policy].sum())
+        frames.append(record)
     return pd.DataFrame(frames)
 
 
