@@ -2,7 +2,9 @@
 
 Three emulated platforms (server, jetson-nano, phone: a server-class device, an edge board, a phone)
 × five models × four objectives (time, power, energy, EDP); `--devices` names another fleet from the
-catalog (the default five: server,jetson-xavier,jetson-nano,rpi4,phone — 31 configurations). For each
+catalog (the default five: server,jetson-xavier,jetson-nano,rpi4,phone — 31 configurations), and
+`--catalog FILE` adds device profiles of its own (`hetcluster cluster up --catalog`: e.g.
+experiments/catalog_untuned.toml, devices the planner was never developed on). For each
 model, `hetcluster evaluate` pre-trains once, predicts all 2^n − 1 configurations, trains every one
 of them for real from the same pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
 own state dir, runs evaluate per model, always tears the fleet down, and writes under
@@ -13,7 +15,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
   configurations.csv  every configuration's predicted and measured time/power/energy/EDP
   summary.csv         exact and within-5% accuracy per objective and overall, beside the reference's 76.67%
   accuracy.png, errors.png, predicted_vs_measured.png
-  machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command
+  machine.json        per run into the folder: CPU model, cores, load before/after, date, git commit, command,
+                      the fleet's device profiles (share, memory, watts, link: what each device was)
                       and foreign_cpu: CPU seconds other processes took on the host, per 2-s bin, with
                       the kernel's threads', the host's interrupt and stolen seconds and the signed
                       rest no process holds beside them (host_watch.py);
@@ -21,8 +24,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
                       (kernel_cpu_s, interrupt_cpu_s, steal_s and unattributed_cpu_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--job-scale K]
-                                                        [--repeats R] [--out-dir DIR]
+Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
+                                                        [--job-scale K] [--repeats R] [--out-dir DIR]
         .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="train every configuration R times, truth = their mean (default 1); results default to ...-rR")
     parser.add_argument("--devices", help=f"the emulated fleet, catalog names comma-separated, NAME*K for K identical "
                                           f"devices (default {','.join(PLATFORMS)}); results default to ...-<n>dev")
+    parser.add_argument("--catalog", type=Path, help="a TOML file of device profiles added to the built-in catalog "
+                                                      "(hetcluster cluster up --catalog); --devices may name them")
     parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
@@ -192,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--devices: give two or more distinct entries (NAME*K for K identical devices), got {args.devices!r}")
         if devices != PLATFORMS:
             name = f"{name}-{len(devices)}dev"
+    profiles = None if args.render_only else fleet_profiles(devices, args.catalog)
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         if not args.reduced:
@@ -207,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.render_only:
         try:
             run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
-                    args.fresh, sys.argv, args.repeats, devices)
+                    args.fresh, sys.argv, args.repeats, devices, args.catalog, profiles)
         except RuntimeError as error:  # a hetcluster command failed: its own message, not a traceback
             raise SystemExit(f"error: {error}") from None
     frames = render(out_dir, settings)
@@ -223,12 +229,29 @@ def fleet_name(out_dir: Path) -> str:
     return cleaned[:24].strip("-") or "accuracy"
 
 
+def fleet_profiles(devices: tuple[str, ...], catalog: Path | None) -> dict[str, dict[str, Any]]:
+    """What each device of the fleet is (the catalog profile `cluster up` will emulate, by device
+    name), checked before anything starts: an unknown name or a bad catalog ends the run with its
+    one-line error."""
+    from hetcluster.emulation.catalog import load_catalog
+    from hetcluster.errors import HetclusterError
+
+    try:
+        chosen = load_catalog(catalog).select(devices)
+    except HetclusterError as error:
+        raise SystemExit(f"error: {error}") from None
+    return {p.name: {k: v for k, v in asdict(p).items() if k not in ("name", "rationale")} for p in chosen}
+
+
 def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str],
-            repeats: int = 1, devices: tuple[str, ...] = PLATFORMS) -> None:
-    """Bring the fleet up, evaluate every model not yet in raw/, record the machine, tear down."""
+            repeats: int = 1, devices: tuple[str, ...] = PLATFORMS, catalog: Path | None = None,
+            profiles: dict[str, dict[str, Any]] | None = None) -> None:
+    """Bring the fleet up (``catalog``: device profiles added to the built-in ones), evaluate every
+    model not yet in raw/, record the machine (``profiles``: what each device was), tear down."""
     raw_dir = out_dir / "raw"
     todo = [s for s in settings if fresh or not (raw_dir / f"{s.model}.setting.json").exists()]
     machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(devices),
+               **({"device_profiles": profiles} if profiles else {}),
                "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
     work_dir = state_dir / "work"
     finished = []
@@ -236,7 +259,7 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
     try:
         if todo:
             with watch, emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
-                                       log_path=raw_dir / "evaluate.log") as inventory:
+                                       log_path=raw_dir / "evaluate.log", catalog=catalog) as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
                              setting.batch_size, setting.total_steps)

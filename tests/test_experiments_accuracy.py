@@ -268,3 +268,51 @@ def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
         with common.emulated_fleet(tmp_path):
             raise ValueError("an experiment failed")
     assert calls == ["up", "up", "down"]
+
+
+UNTUNED = EXPERIMENTS / "catalog_untuned.toml"
+
+
+def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_fleet(tmp_path, monkeypatch, capsys):
+    from hetcluster.emulation.catalog import check_fleet_fits, load_catalog
+
+    new = ("laptop", "jetson-orin-nx", "rpi5", "tablet")
+    # the committed catalog: four devices the built-in one lacks, each number with its rationale, all
+    # four emulable together on a 2-core host
+    catalog = load_catalog(UNTUNED)
+    assert not set(new) & set(load_catalog())
+    assert all(set(catalog[name].rationale) == {"compute_share", "memory_budget_bytes", "idle_w", "busy_w",
+                                                 "link_bandwidth_mbit_per_s", "link_latency_ms"} for name in new)
+    assert check_fleet_fits(catalog.select(new), cores=2.0) <= 2.0
+    profiles = choice_accuracy.fleet_profiles(("laptop", "rpi5*2", "server"), UNTUNED)
+    assert list(profiles) == ["laptop", "rpi5-1", "rpi5-2", "server"]
+    assert profiles["rpi5-2"]["compute_share"] == 0.2 and profiles["server"]["busy_w"] == 260.0
+    assert profiles["rpi5-2"]["profile_name"] == "rpi5" and "rationale" not in profiles["laptop"]
+
+    # a name no catalog has ends the run with the catalog's one-line error, before anything starts
+    started = []
+    monkeypatch.setattr(choice_accuracy, "run_all", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit, match="no device profile 'laptop'.*--catalog"):
+        choice_accuracy.main(["--models", "small_cnn", "--devices", "laptop,rpi5", "--out-dir", str(tmp_path / "a")])
+    assert not started and not (tmp_path / "a").exists()
+
+    # with the catalog, run_all gets it and the profiles it resolved (machine.json records them)
+    monkeypatch.setattr(choice_accuracy, "render", lambda *a, **k: {"summary": pd.DataFrame()})
+    choice_accuracy.main(["--models", "small_cnn", "--devices", "laptop,rpi5", "--catalog", str(UNTUNED),
+                          "--out-dir", str(tmp_path / "b")])
+    [args] = started
+    assert args[6:] == (("laptop", "rpi5"), UNTUNED, choice_accuracy.fleet_profiles(("laptop", "rpi5"), UNTUNED))
+
+
+def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
+    import common
+
+    calls = []
+    monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))
+    with common.emulated_fleet(tmp_path, ("laptop", "rpi5"), catalog=Path("experiments/catalog_untuned.toml")):
+        pass
+    up = calls[0]
+    assert up[:2] == ["cluster", "up"] and up[up.index("--catalog") + 1] == Path("experiments/catalog_untuned.toml").resolve()
+    with common.emulated_fleet(tmp_path):
+        pass
+    assert "--catalog" not in calls[2]
