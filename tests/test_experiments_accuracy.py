@@ -273,7 +273,7 @@ def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
 UNTUNED = EXPERIMENTS / "catalog_untuned.toml"
 
 
-def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_fleet(tmp_path, monkeypatch, capsys):
+def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_fleet(tmp_path, monkeypatch):
     from hetcluster.emulation.catalog import check_fleet_fits, load_catalog
 
     new = ("laptop", "jetson-orin-nx", "rpi5", "tablet")
@@ -296,12 +296,23 @@ def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_flee
         choice_accuracy.main(["--models", "small_cnn", "--devices", "laptop,rpi5", "--out-dir", str(tmp_path / "a")])
     assert not started and not (tmp_path / "a").exists()
 
-    # with the catalog, run_all gets it and the profiles it resolved (machine.json records them)
+    # with the catalog, run_all gets it and the profiles it resolved
     monkeypatch.setattr(choice_accuracy, "render", lambda *a, **k: {"summary": pd.DataFrame()})
     choice_accuracy.main(["--models", "small_cnn", "--devices", "laptop,rpi5", "--catalog", str(UNTUNED),
                           "--out-dir", str(tmp_path / "b")])
     [args] = started
-    assert args[6:] == (("laptop", "rpi5"), UNTUNED, choice_accuracy.fleet_profiles(("laptop", "rpi5"), UNTUNED))
+    resolved = choice_accuracy.fleet_profiles(("laptop", "rpi5"), UNTUNED)
+    assert args[6:] == (("laptop", "rpi5"), UNTUNED, resolved)
+
+    # and machine.json records them with the run (here one with nothing left to train: no fleet comes up)
+    monkeypatch.undo()
+    out = tmp_path / "c"
+    (out / "raw").mkdir(parents=True)
+    (out / "raw" / "small_cnn.setting.json").write_text("{}")
+    setting = next(s for s in choice_accuracy.FULL if s.model == "small_cnn")
+    choice_accuracy.run_all((setting,), out, tmp_path / "state", False, ["test"], 2, ("laptop", "rpi5"), UNTUNED, resolved)
+    [run] = json.loads((out / "machine.json").read_text())["runs"]
+    assert run["device_profiles"] == resolved and run["models_run_now"] == []
 
 
 def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
