@@ -273,17 +273,23 @@ def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
 UNTUNED = EXPERIMENTS / "catalog_untuned.toml"
 
 
-def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_fleet(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path, new", [(UNTUNED, ("laptop", "jetson-orin-nx", "rpi5", "tablet")),
+                                       (EXPERIMENTS / "catalog_untuned2.toml", ("desktop", "mini-pc", "odroid-n2", "pixel"))])
+def test_the_committed_user_catalogs_hold_new_devices_with_their_rationale(path, new):
     from hetcluster.emulation.catalog import check_fleet_fits, load_catalog
 
-    new = ("laptop", "jetson-orin-nx", "rpi5", "tablet")
-    # the committed catalog: four devices the built-in one lacks, each number with its rationale, all
-    # four emulable together on a 2-core host
-    catalog = load_catalog(UNTUNED)
-    assert not set(new) & set(load_catalog())
+    # four devices no other catalog has, each number with its rationale, all four emulable together
+    # on a 2-core host
+    builtin = set(load_catalog())
+    catalog = load_catalog(path)   # the built-in profiles and the file's
+    others = {name for other in EXPERIMENTS.glob("catalog_*.toml") if other != path for name in load_catalog(other)}
+    assert set(catalog) - builtin == set(new) and not set(new) & (others | builtin)
     assert all(set(catalog[name].rationale) == {"compute_share", "memory_budget_bytes", "idle_w", "busy_w",
                                                  "link_bandwidth_mbit_per_s", "link_latency_ms"} for name in new)
     assert check_fleet_fits(catalog.select(new), cores=2.0) <= 2.0
+
+
+def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_fleet(tmp_path, monkeypatch):
     profiles = choice_accuracy.fleet_profiles(("laptop", "rpi5*2", "server"), UNTUNED)
     assert list(profiles) == ["laptop", "rpi5-1", "rpi5-2", "server"]
     assert profiles["rpi5-2"]["compute_share"] == 0.2 and profiles["server"]["busy_w"] == 260.0
