@@ -47,6 +47,10 @@ def test_start_status_stop_a_real_tf_server(tmp_path, creds):
             assert running.rss_bytes > 10_000_000 and running.cpu_time_s > 0 and running.uptime_s > 0
             assert psutil.pid_exists(running.pid)
             assert [t.task_id for t in client.task_status()] == ["w0"]
+            # the server imported TensorFlow without Keras (and the pandas Keras brings): tf_server._without_keras
+            mapped = {m.path for m in psutil.Process(running.pid).memory_maps()}
+            assert any("_pywrap_tensorflow_internal" in path for path in mapped)
+            assert not any("pandas/_libs" in path for path in mapped)
 
             stopped = client.stop_task("w0", grace_s=5)
             assert stopped.state == "stopped" and stopped.exit_code is not None

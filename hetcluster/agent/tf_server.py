@@ -25,6 +25,17 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(1.0)
 
 
+def _without_keras() -> None:
+    """A server runs the graphs the coordinator traced and builds no model: keep Keras out of it.
+
+    ``import tensorflow`` imports Keras's optimizers eagerly (to register them for SavedModel
+    loading, which a server never does) and ignores an ImportError there; with them came tf_keras,
+    pandas and pyarrow: 1.5-2 of the 7 CPU seconds a server took to start on a 2-core host, and
+    their memory on a small device. A None entry in sys.modules makes that import fail at once."""
+    for name in ("tf_keras", "keras"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hetcluster.agent.tf_server")
     parser.add_argument("--cluster-spec", required=True, help="JSON: job name -> list of host:port")
@@ -43,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         # one inter-op thread can deadlock remote function execution.
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.threads)
     spec = json.loads(args.cluster_spec)
+    _without_keras()
 
     import tensorflow as tf
 
