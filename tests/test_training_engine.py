@@ -49,7 +49,7 @@ def make_cluster():
 def shared_cluster():
     """1 ps + workers a and b for the tests that leave their servers as they found them: each run
     is a new client of the same servers, as pre-training's runs are (its shared servers): the three
-    start 3 TF servers instead of 8. make test keeps these tests on one xdist worker
+    start 3 TF servers instead of 11. make test keeps these tests on one xdist worker
     (xdist_group, --dist loadgroup); a test that kills or stops a server for good takes its own."""
     addresses, servers = _start_cluster(["a", "b"])
     yield addresses, servers
@@ -71,7 +71,10 @@ def _check_consistent(result, workers):
     assert result.final_loss is not None and math.isfinite(result.final_loss)
 
 
-def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster, tmp_path, monkeypatch):
+@shares_servers
+def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster, shared_cluster, tmp_path, monkeypatch):
+    """A checkpoint written on one cluster (worker z, its own ps) is restored by another (the shared
+    servers: workers a and b, another ps), as training restores pre-training's."""
     import tempfile
 
     from hetcluster.training.run_job import run_in_subprocess
@@ -82,23 +85,23 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     monkeypatch.setenv("TMPDIR", str(system_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
     ckpt = str(tmp_path / "ckpt")
-    first, servers = make_cluster(["a"])
+    first, servers = make_cluster(["z"])
     r1 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=12, checkpoint_dir=ckpt), first, timeout_s=300)
     for server in servers.values():
         server.stop()
     assert (r1.steps_restored, r1.steps_applied, r1.steps_total) == (0, 12, 12)
-    assert r1.steps_per_worker == {"a": 12}
+    assert r1.steps_per_worker == {"z": 12}
     assert r1.checkpoint_path.endswith("ckpt-12")
-    _check_consistent(r1, ["a"])
+    _check_consistent(r1, ["z"])
 
-    second, _ = make_cluster(["b", "c"])
+    second, _ = shared_cluster
     progress = []
     r2 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=40, checkpoint_dir=ckpt, checkpoint_every_steps=10,
                                      warmup_steps=3),
                            second, timeout_s=300, on_progress=lambda d, t, e: progress.append((d, t)))
     assert (r2.steps_restored, r2.steps_applied, r2.steps_total) == (12, 28, 40)
     assert r2.steps_unattributed == 0 and r2.lost_workers == []
-    _check_consistent(r2, ["b", "c"])
+    _check_consistent(r2, ["a", "b"])
     assert r2.checkpoint_path.endswith("ckpt-40")
     assert progress[-1] == (28, 28)
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
