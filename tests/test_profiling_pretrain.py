@@ -60,18 +60,30 @@ def running_fleet(tmp_path, devices_spec, extra=()):
 
 @pytest.fixture
 def fleet(tmp_path):
+    """board-1 and board-2 of one class, other, and ghost (an inventory entry with no agent)."""
     from hetcluster.training.servers import free_address
 
-    with running_fleet(tmp_path, (("fast", 2.0, 6.0, None), ("slow", 1.0, 3.0, None)),
-                       extra=[{"name": "ghost", "address": free_address("127.0.0.1")}]) as inventory:  # no agent
+    with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None), ("board-2", 1.5, 3.0, "board")),
+                       extra=[{"name": "ghost", "address": free_address("127.0.0.1")}]) as inventory:
         yield inventory
 
 
-def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fleet, tmp_path):
+def test_pretraining_measures_a_device_per_class_and_a_set_under_their_memory_plans_and_continues_one_checkpoint(fleet, tmp_path):
+    """One phase, every step of it (the two tests it replaced pre-trained a fleet each):
+    ghost has no agent and is excluded; board-2 is board-1's class, so one solo run serves both;
+    other's memory budget is a byte under what plain TensorFlow needs, so its solo run and every
+    run with it train under its plan (recomputation), as training would run them, while board-1
+    alone trains plain; the faster of board-1 and other is measured alone twice, around the set;
+    every run continues one checkpoint."""
+    from hetcluster.memory.fit import graph_of, plan_for, training_memory
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
     from hetcluster.training.checkpoints import checkpoint_steps
 
+    spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
+    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
+                           classes=spec.classes).predicted_peak_bytes
+    budgets = {"board-1": (8 << 30, "cpu"), "board-2": (8 << 30, "cpu"), "other": (plain_bytes - 1, "cpu")}
     events = []
     # each run: 12 steps past its warm-up, more while that window is under 1 s, at most 24; the warm-up
     # is 2 steps and the steps of the next WARMUP_S seconds, at most half of those past the 2 (here,
@@ -79,16 +91,25 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
     settings = PretrainSettings(steps_per_run=12, warmup_steps=2, idle_s=1.0, max_sets=1, min_window_s=1.0,
                                 max_steps_per_run=24)
     ckpt = str(tmp_path / "ckpt")
-    profile = run_pretraining(fleet, ModelSpec("small_cnn", (16, 16, 3), 4, 8), ckpt, settings=settings,
+    profile = run_pretraining(fleet, spec, ckpt, settings=settings,
+                              memory=lambda names: training_memory(spec, budgets, list(names)),
                               on_event=lambda kind, details: events.append((kind, details)))
 
     assert set(profile.excluded) == {"ghost"} and "health" in profile.excluded["ghost"]
-    assert [d.name for d in profile.devices] == ["fast", "slow"]
-    # the faster of the two (by its first window: both run at the host's speed here) was measured
-    # alone twice, around the set; its figures pool both windows
-    [twice] = [d for d in profile.devices if len(d.solo_rates_steps_per_s) == 2]
+    assert [d.name for d in profile.devices] == ["board-1", "other", "board-2"]
+    board1, other, board2 = profile.devices
+    # the faster of the two measured alone (by its first window: both run at the host's speed here,
+    # other under its plan) was measured twice, around the set; its figures pool both windows
+    [twice] = [d for d in (board1, other) if len(d.solo_rates_steps_per_s) == 2]
     assert twice.steps_per_s_std >= abs(twice.solo_rates_steps_per_s[0] - twice.solo_rates_steps_per_s[1]) / 2
-    for device, (idle_w, busy_w) in zip(profile.devices, ((2.0, 6.0), (1.0, 3.0))):
+    # the opening run of all three (board-2's worker warmed too), one solo run for board-1's class and
+    # one for other, the set of all three, then the recheck
+    started = [d["devices"] for kind, d in events if kind == "run_start"]
+    assert started[0] == ["board-1", "other", "board-2"] and len(started) == 5
+    assert started[1:3] == [["board-1"], ["other"]]
+    assert sorted(started[3]) == ["board-1", "board-2", "other"]   # (the set's names go fastest first)
+    assert started[4] == [twice.name]
+    for device, (idle_w, busy_w) in zip((board1, other), ((1.0, 3.0), (2.0, 6.0))):
         windows = len(device.solo_rates_steps_per_s)
         assert device.steps_per_s > 0 and 10 * windows <= device.steps <= 22 * windows
         assert device.time_s >= windows * 1.0 or device.steps >= 11 * windows  # the windows, or the cap
@@ -101,95 +122,22 @@ def test_pretraining_measures_devices_and_a_set_and_continues_one_checkpoint(fle
         assert sum(len(ends) for ends in device.solo_window_ends_s) == device.steps
         for rate, ends in zip(device.solo_rates_steps_per_s, device.solo_window_ends_s):
             assert ends == sorted(ends) and ends[0] > 0 and len(ends) / ends[-1] == pytest.approx(rate, rel=1e-3)
-    [run] = profile.runs
-    # the set's 24 steps are shared by both members: each is measured over the later half of its
-    # steps past its warm-up steps (9 here at the host's speed)
-    assert set(run.devices) == {"fast", "slow"} and 4 <= run.steps <= 22 and run.steps_per_s > 0
-    assert run.power_w == pytest.approx(9.0, rel=0.1)
-    # per-device figures are each worker's steady rate times the window (not rounded to whole
-    # steps), so they add up to the set's throughput
-    assert set(run.per_device_steps) == {"fast", "slow"} and min(run.per_device_steps.values()) >= 1
-    assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=1e-9)
-    # five runs of 12 to 24 steps (the opening run's included) continued one checkpoint: the steps
-    # count toward the job
-    done = profile.pretrain_steps
-    assert 60 <= done <= 120 and checkpoint_steps(ckpt) == done
-    # a set's steps are those of its steady window (equal to the run's when the cap cut it short)
-    assert done >= sum(d.steps for d in profile.devices) + run.steps + 5 * settings.warmup_steps
-    assert profile.checkpoint_path.endswith(f"ckpt-{done}")
-    # both devices powered over the whole phase: between all-idle (3 W) and all-busy (9 W)
-    assert 0.9 * 3.0 * profile.pretrain_time_s <= profile.pretrain_energy_j <= 9.0 * profile.pretrain_time_s
-    assert any(kind == "excluded" and d.get("device") == "ghost" for kind, d in events)
-    assert any(kind == "progress" for kind, _ in events)
-    # each finished run hands over its RunResult: the opening run of both (not measured: the set
-    # is the later run), each alone, the set, the recheck; their applied steps the phase's
-    done_runs = [d for kind, d in events if kind == "run_done"]
-    assert [sorted({w for _, _, w in d["result"].step_times}) for d in done_runs] == [
-        ["fast", "slow"], ["fast"], ["slow"], ["fast", "slow"], [twice.name]]
-    assert [d["what"] for d in done_runs] == ["opening", "", "", "", ""]
-    assert sum(d["result"].steps_applied for d in done_runs) == profile.pretrain_steps
-    # one launch for the phase: each agent started one TF worker, which served all five runs and
-    # was stopped at the end
-    for name in ("fast", "slow"):
-        with fleet.device(name).client() as client:
-            tasks = client.task_status()
-        assert len(tasks) == 1 and not tasks[0].alive and tasks[0].state == "stopped"
-
-    json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
-    assert load_profile(json_path) == profile
-    import pandas as pd
-
-    table = pd.read_parquet(parquet_path)
-    assert sorted(table["kind"]) == ["idle", "idle", "set", "solo", "solo", "startup", "startup"]
-    devices, runs, job = to_planner_inputs(profile, total_steps=500)
-    from hetcluster.planner.inputs import validate_inputs
-
-    validate_inputs(devices, runs, job)
-    assert job.pretrain_steps == done and job.remaining_steps == 500 - done
-
-
-@pytest.fixture
-def class_fleet(tmp_path):
-    with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None),
-                                  ("board-2", 1.5, 3.0, "board"))) as inventory:
-        yield inventory
-
-
-def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_not_fit_under_its_plan(class_fleet, tmp_path):
-    """board-2 is board-1's class: one solo run serves both. other's memory budget is a byte under
-    what plain TensorFlow needs: its solo run, and every run with it, train under its plan
-    (recomputation), as training would run them; board-1 alone trains plain."""
-    from hetcluster.memory.fit import graph_of, plan_for, training_memory
-    from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
-    from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
-
-    spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
-    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
-                           classes=spec.classes).predicted_peak_bytes
-    budgets = {"board-1": (8 << 30, "cpu"), "board-2": (8 << 30, "cpu"), "other": (plain_bytes - 1, "cpu")}
-    events = []
-    settings = PretrainSettings(steps_per_run=10, warmup_steps=2, idle_s=1.0, max_sets=1, min_window_s=0.5,
-                                max_steps_per_run=20, recheck_fastest=False)
-    profile = run_pretraining(class_fleet, spec, str(tmp_path / "ckpt"), settings=settings,
-                              memory=lambda names: training_memory(spec, budgets, list(names)),
-                              on_event=lambda kind, details: events.append((kind, details)))
-
-    # the opening run of all three (board-2's worker warmed too), two solo runs for three devices
-    # (board-2 is board-1's class), then the set of all three
-    started = [d["devices"] for kind, d in events if kind == "run_start"]
-    assert started[0] == ["board-1", "other", "board-2"] and len(started) == 4
-    assert started[1:3] == [["board-1"], ["other"]]
-    assert sorted(started[3]) == ["board-1", "board-2", "other"]   # (the set's names go fastest first)
-    assert [d.name for d in profile.devices] == ["board-1", "other", "board-2"]
-    board1, other, board2 = profile.devices
+    # the class: board-2 takes board-1's figures (pooled, if board-1 was rechecked), its own idle power
     assert (board1.device_class, other.device_class, board2.device_class) == ("board", None, "board")
     assert board1.measured_on == "" and other.measured_on == "" and board2.measured_on == "board-1"
     assert board2.steps_per_s == board1.steps_per_s and board2.busy_power_w == board1.busy_power_w
     assert board2.startup_s == board1.startup_s
-    assert board2.idle_power_w == pytest.approx(1.5, abs=0.01)   # its own idle power
-    assert board1.idle_power_w == pytest.approx(1.0, abs=0.01)
+    assert board2.idle_power_w == pytest.approx(1.5, abs=0.01)
+
     [run] = profile.runs
-    assert set(run.per_device_steps) == {"board-1", "board-2", "other"}
+    # the set's steps are shared by its members: each is measured over the later half of its steps
+    # past its warm-up steps
+    assert set(run.devices) == {"board-1", "board-2", "other"} and 4 <= run.steps <= 22 and run.steps_per_s > 0
+    assert run.power_w == pytest.approx(12.0, rel=0.1)
+    # per-device figures are each worker's steady rate times the window (not rounded to whole
+    # steps), so they add up to the set's throughput
+    assert set(run.per_device_steps) == {"board-1", "board-2", "other"} and min(run.per_device_steps.values()) >= 1
+    assert sum(run.per_device_steps.values()) / run.time_s == pytest.approx(run.steps_per_s, rel=1e-9)
 
     # memory: board-1 (and its copy) trained plain, other and every run with it under other's plan
     assert (board1.memory_plan, board1.memory_slowdown) == ("", 1.0) == (board2.memory_plan, board2.memory_slowdown)
@@ -202,9 +150,34 @@ def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_no
                    ("board-1", "board-2", "other"): other.memory_plan}
     # the opening run of all three trains under other's plan, as the set does
     assert [d["memory_plan"] for kind, d in events if kind == "run_start"] == [
-        other.memory_plan, "", other.memory_plan, other.memory_plan]
+        other.memory_plan, "", other.memory_plan, other.memory_plan, twice.memory_plan]
     # the layer graph those plans were made on, recorded for planning from the profile later
     assert profile.memory_graph == graph_of(spec.name, 1, spec.input_shape, spec.classes).to_dict()
+
+    # five runs of 12 to 24 steps (the opening run's included) continued one checkpoint: the steps
+    # count toward the job
+    done = profile.pretrain_steps
+    assert 60 <= done <= 120 and checkpoint_steps(ckpt) == done
+    # a set's steps are those of its steady window (equal to the run's when the cap cut it short)
+    assert done >= board1.steps + other.steps + run.steps + 5 * settings.warmup_steps
+    assert profile.checkpoint_path.endswith(f"ckpt-{done}")
+    # every device powered over the whole phase: between all-idle (4.5 W) and all-busy (12 W)
+    assert 0.9 * 4.5 * profile.pretrain_time_s <= profile.pretrain_energy_j <= 12.0 * profile.pretrain_time_s
+    assert any(kind == "excluded" and d.get("device") == "ghost" for kind, d in events)
+    assert any(kind == "progress" for kind, _ in events)
+    # each finished run hands over its RunResult: the opening run (not measured: the set is the later
+    # run), each alone, the set, the recheck; their applied steps the phase's
+    done_runs = [d for kind, d in events if kind == "run_done"]
+    assert [sorted({w for _, _, w in d["result"].step_times}) for d in done_runs] == [
+        ["board-1", "board-2", "other"], ["board-1"], ["other"], ["board-1", "board-2", "other"], [twice.name]]
+    assert [d["what"] for d in done_runs] == ["opening", "", "", "", ""]
+    assert sum(d["result"].steps_applied for d in done_runs) == profile.pretrain_steps
+    # one launch for the phase: each agent started one TF worker, which served all five runs and
+    # was stopped at the end
+    for name in ("board-1", "other", "board-2"):
+        with fleet.device(name).client() as client:
+            tasks = client.task_status()
+        assert len(tasks) == 1 and not tasks[0].alive and tasks[0].state == "stopped"
 
     json_path, parquet_path = save_profile(profile, tmp_path / "out" / "profile")
     assert load_profile(json_path) == profile
@@ -212,5 +185,9 @@ def test_one_device_of_a_class_is_measured_for_all_and_a_device_plain_tf_does_no
 
     table = pd.read_parquet(parquet_path)   # the copy has its idle row, no solo row of its own
     assert sorted(table["kind"]) == ["idle", "idle", "idle", "set", "solo", "solo", "startup", "startup"]
-    devices, _, _ = to_planner_inputs(profile, total_steps=400)
+    devices, runs, job = to_planner_inputs(profile, total_steps=500)
+    from hetcluster.planner.inputs import validate_inputs
+
+    validate_inputs(devices, runs, job)
     assert [d.class_key for d in devices] == ["board", None, "board"]
+    assert job.pretrain_steps == done and job.remaining_steps == 500 - done
