@@ -48,7 +48,7 @@ def make_cluster():
 @pytest.fixture(scope="module")
 def shared_cluster():
     """1 ps + workers a and b for the tests that leave their servers as they found them: each run
-    is a new client of the same servers, as pre-training's runs are (its shared servers): the three
+    is a new client of the same servers, as pre-training's runs are (its shared servers): the four
     start 3 TF servers instead of 11. make test keeps these tests on one xdist worker
     (xdist_group, --dist loadgroup); a test that kills or stops a server for good takes its own."""
     addresses, servers = _start_cluster(["a", "b"])
