@@ -5,7 +5,8 @@ and token + mTLS. The power source is the CPU-utilization model of this host (wh
 sensorless devices use; a measured source adds its own read time). Printed:
 (1) StreamPower at 10/50/100 Hz for 2 s each over mTLS: delivered rate, interval mean/p99/max;
 (2) GetDeviceInfo round trip (200 calls) per transport: median and p95;
-(3) StartTask -> RUNNING (TF server imported and listening) and StopTask, 3 runs.
+(3) StartTask -> RUNNING (TF server imported and listening; its CPU time and resident memory then)
+    and StopTask, 3 runs.
 
 Run: .venv/bin/python benchmarks/agent.py [--skip-tasks]
 """
@@ -80,13 +81,14 @@ def bench_tasks(client: AgentClient) -> None:
         address = client.reserve_port()
         t0 = time.monotonic()
         task = client.start_task("worker", 0, {"worker": [address]}, task_id=f"bench-{run}")
-        while client.task_status(task.task_id)[0].state != "running":
+        while (info := client.task_status(task.task_id)[0]).state != "running":
             time.sleep(0.05)
         t_running = time.monotonic() - t0
         t1 = time.monotonic()
         stopped = client.stop_task(task.task_id)
         t_stop = time.monotonic() - t1
-        print(f"    run {run}: running after {t_running:5.2f} s, stopped ({stopped.state}) in {t_stop:5.2f} s")
+        print(f"    run {run}: running after {t_running:5.2f} s ({info.cpu_time_s:4.1f} CPU s, "
+              f"{info.rss_bytes / 2**20:4.0f} MiB resident), stopped ({stopped.state}) in {t_stop:5.2f} s")
 
 
 def main() -> int:
