@@ -1,7 +1,7 @@
 """run_in_subprocess: with ready=..., the training process starts first and imports TensorFlow while the
 launch waits for the servers; when the wait fails, that process ends without training and the
 launch's error is what the caller sees; a training process that ends without a result is
-reported in one line with its log's tail."""
+reported in one line with its log's tail, and one that crashes in one line with its error's last line."""
 
 from __future__ import annotations
 
@@ -55,3 +55,13 @@ def test_a_training_process_that_ends_without_a_result_is_a_one_line_error_with_
     assert "exited with code 3" in message
     assert message.rstrip().endswith("To fix: check TensorFlow and the servers.")
     assert "File \"x.py\", line 1 RuntimeError: the model did not build" in message
+
+
+def test_a_crashed_run_reports_its_error_in_one_line():
+    from hetcluster.training.run_job import crash_summary
+
+    traced = ValueError("in user code:\n\n    File \"engine.py\", line 103, in gradient_fn  *\n        per_example = ...\n\n"
+                        "    ValueError: 'user net/' is not a valid root scope name.\n")
+    assert crash_summary(traced) == ("ValueError: 'user net/' is not a valid root scope name. "
+                                     "(the run's log holds the traceback)")
+    assert crash_summary(RuntimeError("out of threads")) == "RuntimeError: out of threads"

@@ -92,13 +92,23 @@ def main(argv: list[str] | None = None) -> int:
         payload, code = {"error": str(exc), "error_type": type(exc).__name__}, 2
     except Exception as exc:  # noqa: BLE001 - report anything to the parent rather than die silently
         log.exception("training run crashed")
-        payload, code = {"error": f"{type(exc).__name__}: {exc}", "error_type": "TrainingError"}, 2
+        payload, code = {"error": crash_summary(exc), "error_type": "TrainingError"}, 2
     write_json_atomic(args.result, payload)
     if progress_file is not None:
         progress_file.close()
     sys.stderr.flush()
     # Skip interpreter teardown: TF's coordinator threads may still wait on lost workers.
     os._exit(code)
+
+
+def crash_summary(exc: BaseException) -> str:
+    """One line for an unexpected exception of a training run: its type and its message's last line.
+    TensorFlow's errors from a tf.function carry the traced code's whole traceback in the message
+    ("in user code: ..."); that goes to the run's log (log.exception), not into every report."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    text = last if last.startswith(f"{type(exc).__name__}:") else f"{type(exc).__name__}: {last}"
+    return text + (" (the run's log holds the traceback)" if len(lines) > 1 else "")
 
 
 def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: float | None = None,
