@@ -178,3 +178,28 @@ def test_random_layers_that_cannot_be_replayed_are_refused() -> None:
     plan = MemoryPlan(**{**base.__dict__, "segments": (PlannedSegment(("noise", "d2"), "speed"),)})
     with pytest.raises(MemoryPlanError, match="GaussianNoise"):
         build_train_step(model, LOSS, keras.optimizers.SGD(0.1), plan)
+
+
+def test_weight_regularizers_count_and_activity_regularizers_are_refused() -> None:
+    """A user's model may carry regularizers (the registry's have none): the scheduled step adds the
+    weight regularizers' loss as the plain step does, with equal gradients; an activity regularizer,
+    which the layer-by-layer replay would drop or count twice, is refused in one line."""
+    tf.keras.utils.set_random_seed(3)
+    l2 = keras.regularizers.L2(0.05)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", kernel_regularizer=l2, name="c1")(inputs)
+    x = keras.layers.ReLU(name="r1")(x)
+    x = keras.layers.Conv2D(8, 3, padding="same", name="c2")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    model = keras.Model(inputs, keras.layers.Dense(5, kernel_regularizer=l2, name="logits")(x))
+    x, y = _data()
+    with tf.GradientTape() as tape:
+        loss0 = LOSS(y, model(x, training=True)) + tf.add_n(model.losses)
+    plain = tape.gradient(loss0, model.trainable_variables)
+    loss1, sched = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), _plan(model, "conv")).gradients(x, y)
+    assert float(tf.add_n(model.losses)) > 0.01 * float(loss0)  # the regularizer is not lost in the noise
+    assert abs(float(loss0) - float(loss1)) <= 1e-5 * abs(float(loss0))
+    assert _rel_err(plain, sched) <= 1e-5
+    model.get_layer("c2").activity_regularizer = keras.regularizers.L1(0.01)
+    with pytest.raises(MemoryPlanError, match="'c2' has an activity regularizer"):
+        build_train_step(model, LOSS, keras.optimizers.SGD(0.1), _plan(model, "conv"))

@@ -14,6 +14,8 @@ make the result equal to the plain step:
 - Dropout uses `tf.nn.experimental.stateless_dropout` seeded by (step, op index), the step being
   the optimizer's iteration count read once per step, so the recomputed mask is the same mask.
 - `jit_compile=False`: XLA clustering could reorder or fuse away the recomputation.
+- Weight regularizers (`model.losses`, evaluated on the current weights) are added to the loss, as
+  the plain step adds them; activity regularizers, which a layer adds when called, are refused.
 
 Offloaded tensors (discrete GPUs) are passed to the segment that reads them as a copy placed on
 the host device; the gradient copies them back after its incoming gradients exist.
@@ -77,6 +79,16 @@ def _check_replayable(layer: Any) -> None:
                               hint="use Dropout, or plan with a budget that leaves this layer outside recompute segments.")
 
 
+def _check_no_activity_regularizer(layer: Any) -> None:
+    """An activity regularizer adds its loss when its layer is called: the replay calls layers one
+    by one, and a recomputed layer twice, so that loss would be lost or counted twice: refuse it.
+    (Weight regularizers are fine: model.losses evaluates them on the weights, see gradients_fn.)"""
+    if getattr(layer, "activity_regularizer", None) is not None:
+        raise MemoryPlanError(f"Layer {layer.name!r} has an activity regularizer, which the memory scheduler's "
+                              "layer-by-layer replay cannot count once.",
+                              hint="use weight regularizers (kernel_regularizer), or a budget plain TensorFlow fits.")
+
+
 def _zeros_for(t: Any) -> Any:
     """Zeros shaped like `t` without reading `t` (a ZerosLike op would keep `t` alive)."""
     if t.shape.is_fully_defined():
@@ -92,6 +104,8 @@ class ScheduledTrainStep:
                  offload: bool | None = None) -> None:
         self.model, self.loss_fn, self.optimizer, self.plan = model, loss_fn, optimizer, plan
         self.flat = flatten_model(model)
+        for op in self.flat.ops:
+            _check_no_activity_regularizer(op.layer)
         self.host_device = host_device
         positions = {op.name: i for i, op in enumerate(self.flat.ops)}
         self.segments: dict[int, tuple[list[int], str]] = {}
@@ -243,6 +257,8 @@ class ScheduledTrainStep:
         with tf.GradientTape() as tape:
             outputs = self.forward(x, seed)
             loss = self.loss_fn(y, outputs[0] if len(outputs) == 1 else outputs)
+            if self.model.losses:  # weight regularizers, on the current weights (as the plain step adds them)
+                loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
         return loss, tape.gradient(loss, variables)
 
     def step_fn(self, x: Any, y: Any) -> Any:
