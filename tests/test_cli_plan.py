@@ -184,3 +184,47 @@ def test_a_fleet_that_is_down_is_replanned_from_its_profile(inventory, graphed_p
     pretrain = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert pretrain.returncode != 0 and "Traceback" not in pretrain.stderr
     assert "token_file" in pretrain.stderr and len(pretrain.stderr.strip().splitlines()) == 1
+
+
+def test_a_users_own_model_plans_from_its_config(inventory, graphed_profile, tmp_path):
+    """--model-config instead of --model: the job's model is the user's tf_keras config (its input
+    shape and classes are the config's). A profile measured for it re-plans as a registry model's
+    does, without TensorFlow; the wrong model for a profile, two models, a config's classes
+    contradicted, and a config carrying code are each one line before anything runs."""
+    from hetcluster.memory.fit import graph_of
+    from hetcluster.models.spec import ModelSpec
+
+    config = Path(__file__).parent / "data" / "models" / "user_net.json"
+    model = ModelSpec.from_keras_config(config.read_text(), batch_size=32)
+    data = json.loads(graphed_profile.read_text())  # the same measurements, as if of this model
+    data["model"] = model.to_dict()
+    data["memory_graph"] = graph_of(model.name, 1, model.input_shape, model.classes).to_dict()
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(data))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
+                   "--profile", str(profile), "--total-steps", "3000", "--objective", "edp", "--format", "json", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    planned = run("--model-config", str(config))
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in planned.stderr.splitlines() if line.startswith("import time:")}
+    assert imported and "tensorflow" not in imported and "tf_keras" not in imported
+    registry = plan(inventory, graphed_profile, "--objective", "edp", "--format", "json")
+    assert json.loads(planned.stdout)["configurations"] == json.loads(registry.stdout)["configurations"]
+
+    evil = json.loads(config.read_text())
+    evil["config"]["layers"][3]["class_name"] = "Lambda"
+    (tmp_path / "evil.json").write_text(json.dumps(evil))
+    for args, needle in [
+        (("--model", "small_cnn"), f"measured for model {model.name}, input shape 16x16x3, classes 4 (a model config), "
+                                   f"not small_cnn, 32x32x3, 10. To fix: pass --model-config with the config of {model.name}"),
+        (("--model", "small_cnn", "--model-config", str(config)), "name two models"),
+        (("--model-config", str(config), "--classes", "10"), "has 4"),
+        (("--model-config", str(tmp_path / "evil.json")), "Lambda layer"),
+    ]:
+        refused = run(*args)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        errors = [line for line in refused.stderr.splitlines() if not line.startswith("import time:")]
+        assert len(errors) == 1 and needle in errors[0], errors[0]

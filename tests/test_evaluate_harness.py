@@ -1,16 +1,21 @@
 """`hetcluster evaluate` end to end on an emulated fleet: every configuration trained from the same
-checkpoint, measured, and scored in the JSON layout issue 5 specifies."""
+checkpoint, measured, and scored in the JSON layout issue 5 specifies. The job's model is a user's
+own (--model-config tests/data/models/user_net.json, not a registry name): the training processes
+build it from the config the job file carries."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
+USER_NET = Path(__file__).parent / "data" / "models" / "user_net.json"
 
 TOTAL = 40
 
@@ -18,15 +23,19 @@ TOTAL = 40
 def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
     from hetcluster.training.checkpoints import checkpoint_steps
 
+    from hetcluster.models.spec import ModelSpec
+
+    model = ModelSpec.from_keras_config(USER_NET.read_text(), batch_size=8)
     with emulated_fleet(tmp_path / "fleet", "t5e") as fleet:
         out = tmp_path / "result.json"
         cmd = [sys.executable, "-m", "hetcluster.cli.app", "evaluate", "--inventory", str(fleet / "cluster.toml"),
-               "--profile", str(write_profile(tmp_path / "profile.json", with_ghost=False)), *MODEL_ARGS,
-               "--total-steps", str(TOTAL), "--configs", "slow,fast+slow", "--workdir", str(tmp_path / "eval"),
+               "--profile", str(write_profile(tmp_path / "profile.json", with_ghost=False, model=model)),
+               "--model-config", str(USER_NET), "--batch-size", "8", "--total-steps", str(TOTAL), "--configs", "slow,fast+slow", "--workdir", str(tmp_path / "eval"),
                "--out", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
+    assert result["profile"]["model"]["name"] == model.name and model.name.startswith("user_net-")
     # two configurations, one alone and one set, cover every path of the harness (a third trained
     # another 3 TF processes for nothing new)
     assert [c["devices"] for c in result["configurations"]] == [["slow"], ["fast", "slow"]]

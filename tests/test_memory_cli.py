@@ -59,3 +59,21 @@ def test_memplan_bad_input_is_one_line(args: tuple[str, ...], needle: str) -> No
 def test_memplan_unknown_model_is_one_line() -> None:
     result = run_cli("--model", "resnet51", "--budget", "1GiB")
     assert result.returncode != 0 and "Unknown model" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.tensorflow
+def test_memplan_plans_a_users_own_model_from_its_config() -> None:
+    """--model-config instead of --model (in-process: the model is built here either way)."""
+    from typer.testing import CliRunner
+
+    from hetcluster.cli.app import app
+
+    config = Path(__file__).parent / "data" / "models" / "user_net.json"
+    result = CliRunner().invoke(app, ["memplan", "--model-config", str(config), "--batch-size", "64", "--budget", "1MiB",
+                                      "--format", "json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)
+    assert data["model"] == "user_net" and data["batch_size"] == 64  # the layer graph has the Keras model's own name
+    assert {"c1", "bn", "r", "gap", "logits"} <= {name for segment in data["segments"] for name in segment["layers"]}
+    neither = CliRunner().invoke(app, ["memplan", "--budget", "1MiB"])  # the CLI's entry point prints it in one line
+    assert "give --model NAME (a registry model) or --model-config FILE" in str(neither.exception)

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextlib.contextmanager
@@ -57,13 +57,17 @@ def alive_tasks(fleet: Path) -> list:
 MODEL_ARGS = ("--model", "small_cnn", "--input-shape", "16x16x3", "--classes", "4", "--batch-size", "8")
 
 
-def write_profile(path: Path, with_ghost: bool = True) -> Path:
-    """Measurements in which ghost is the best device by far (leaving it out must be deliberate).
+def write_profile(path: Path, with_ghost: bool = True, model: Any = None) -> Path:
+    """Measurements in which ghost is the best device by far (leaving it out must be deliberate), of
+    ``model`` (a ModelSpec; MODEL_ARGS' small_cnn without one).
 
     With the layer graph pre-training records (Profile.memory_graph), extracted once in the test's
     process: the CLI under test plans memory on it and imports no TensorFlow of its own (about 8 CPU
     seconds per command on a 2-core host); its training processes still do."""
     from hetcluster.memory.fit import graph_of
+    from hetcluster.models.spec import ModelSpec
+
+    model = model or ModelSpec("small_cnn", (16, 16, 3), 4, 8)
 
     device = {"steps_per_s_std": 0.1, "steps": 20, "time_s": 2.0, "energy_j": 20.0, "power_source": "model"}
     devices = [dict(device, name="fast", steps_per_s=20.0, busy_power_w=40.0, idle_power_w=10.0),
@@ -71,13 +75,13 @@ def write_profile(path: Path, with_ghost: bool = True) -> Path:
     if with_ghost:
         devices.append(dict(device, name="ghost", steps_per_s=100.0, busy_power_w=1.0, idle_power_w=0.5))
     profile = {
-        "format_version": 1, "model": {"name": "small_cnn", "input_shape": [16, 16, 3], "classes": 4, "batch_size": 8},
+        "format_version": 1, "model": model.to_dict(),
         "devices": devices,
         "runs": [{"devices": ["fast", "slow"], "steps": 20, "time_s": 0.8, "steps_per_s": 25.0, "power_w": 46.0,
                   "energy_j": 37.0, "per_device_steps": {"fast": 14, "slow": 6}, "per_device_power_w": {}}],
         "excluded": {}, "pretrain_steps": 0, "pretrain_time_s": 5.0, "pretrain_energy_j": 100.0,
         "checkpoint_dir": None, "checkpoint_path": None, "warmup_steps": 2, "steps_per_run": 20,
         "created_wall_s": time.time(), "idle_power_counts": False,
-        "memory_graph": graph_of("small_cnn", 1, (16, 16, 3), 4).to_dict()}
+        "memory_graph": graph_of(model.name, 1, model.input_shape, model.classes).to_dict()}
     path.write_text(json.dumps(profile))
     return path

@@ -57,9 +57,10 @@ def parse_objectives(text: str) -> list[str]:
 
 def evaluate_command(
     inventory: Path = opt.INVENTORY,
-    model: str = opt.MODEL,
-    input_shape: str = opt.INPUT_SHAPE,
-    classes: int = opt.CLASSES,
+    model: Optional[str] = opt.MODEL,
+    model_config: Optional[Path] = opt.MODEL_CONFIG,
+    input_shape: Optional[str] = opt.INPUT_SHAPE,
+    classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
     total_steps: int = opt.TOTAL_STEPS,
@@ -91,8 +92,8 @@ def evaluate_command(
     wanted = parse_configs(configs, fleet.names)
     with sigterm_as_interrupt():  # as Ctrl-C: the run in progress stops its servers, exit 130
         plan, measured_profile, spec, source, budgets = make_plan(
-            objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
-            batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+            objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, model_config=model_config,
+            input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
             warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
             max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console, fleet=fleet)
         evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,

@@ -12,28 +12,30 @@ from typing import Optional
 
 import typer
 
+from hetcluster.cli.job_options import MODEL_CONFIG
+
 
 def _mib(value: float) -> str:
     return f"{value / 2**20:,.1f} MiB"
 
 
 def memplan(
-    model: str = typer.Option(..., "--model", help="Registry model: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn."),
+    model: Optional[str] = typer.Option(None, "--model", help="Registry model: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn."),
+    model_config: Optional[Path] = MODEL_CONFIG,
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Per-worker batch size."),
     budget: str = typer.Option(..., "--budget", help="Device memory budget: 1GiB, 512MiB, 2GB or bytes."),
-    input_shape: str = typer.Option("224x224x3", "--input-shape", help="HxWxC."),
-    classes: int = typer.Option(1000, "--classes", min=2, help="Output classes."),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help="HxWxC (default 224x224x3)."),
+    classes: Optional[int] = typer.Option(None, "--classes", min=2, help="Output classes (default 1000)."),
     device_kind: str = typer.Option("cpu", "--device-kind", help="cpu, unified or discrete-gpu (offload only on discrete-gpu)."),
     optimizer: str = typer.Option("sgd-momentum", "--optimizer", help="Optimizer whose slots count: sgd, sgd-momentum, adam, ..."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write memory per step of every technique to this PNG."),
     output_format: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Choose the least intrusive memory plan (liveness, offload, recomputation) that fits the budget."""
-    from hetcluster.cli.job_options import check_plot
+    from hetcluster.cli.job_options import check_plot, model_spec
     from hetcluster.errors import ConfigError
     from hetcluster.memory.budget import parse_bytes
     from hetcluster.memory.cost import DEVICE_KINDS, Overheads
-    from hetcluster.models.spec import check_model_input, parse_input_shape
 
     if output_format not in ("table", "json"):
         raise ConfigError(f"Unknown format {output_format!r}.", hint="use --format table or --format json.")
@@ -41,14 +43,16 @@ def memplan(
         raise ConfigError(f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}.")
     check_plot(plot)
     budget_bytes = parse_bytes(budget)
-    shape = parse_input_shape(input_shape)
-    check_model_input(model, shape)
+    if model is None and model_config is None:
+        raise ConfigError("No model given.", hint="give --model NAME (a registry model) or --model-config FILE (yours).")
+    spec = model_spec(model, input_shape or (None if model_config else "224x224x3"),
+                      classes if classes is not None or model_config else 1000, batch_size, model_config)
     overheads = Overheads(optimizer=optimizer)
 
     from hetcluster.memory.fit import plan_for
 
-    plan = plan_for(model, batch_size, budget_bytes, device_kind, input_shape=shape, classes=classes,
-                    overheads=overheads)
+    plan = plan_for(spec.name, batch_size, budget_bytes, device_kind, input_shape=spec.input_shape,
+                    classes=spec.classes, overheads=overheads)
     if plot is not None:
         from hetcluster.memory.plot import plot_timelines
 

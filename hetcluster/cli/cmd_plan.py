@@ -27,9 +27,10 @@ class PlannedJob(NamedTuple):
 def plan_command(
     objective: str = opt.OBJECTIVE,
     inventory: Path = opt.INVENTORY,
-    model: str = opt.MODEL,
-    input_shape: str = opt.INPUT_SHAPE,
-    classes: int = opt.CLASSES,
+    model: Optional[str] = opt.MODEL,
+    model_config: Optional[Path] = opt.MODEL_CONFIG,
+    input_shape: Optional[str] = opt.INPUT_SHAPE,
+    classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
     total_steps: int = opt.TOTAL_STEPS,
@@ -51,11 +52,12 @@ def plan_command(
 
     opt.check_plot(plot)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training (without --profile) stops the servers it started
-        plan = make_plan(objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
-                         batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
-                         warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
-                         max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
-                         device_kind=device_kind, output_format=output_format,
+        plan = make_plan(objective=objective, inventory=inventory, model=model, model_config=model_config,
+                         input_shape=input_shape, classes=classes, batch_size=batch_size, data=data,
+                         total_steps=total_steps, pretrain_steps=pretrain_steps, warmup_steps=warmup_steps,
+                         workdir=workdir, profile=profile, deadline=deadline, max_power=max_power,
+                         max_energy=max_energy, require=require, exclude=exclude, device_kind=device_kind,
+                         output_format=output_format,
                          console=make_console(stderr=output_format != "table")).plan
     from hetcluster.cli.plan_output import plot_pareto, render
 
@@ -67,7 +69,7 @@ def plan_command(
 
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
-              output_format: str = "table", console: Console, fleet: Any = None):
+              model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Any = None):
     """Validate every option, then pre-train or load the profile, then plan. ``fleet``: the
     inventory already loaded by the caller (so the agents it checked are the ones planned for)."""
     from hetcluster.cli.plan_output import FORMATS
@@ -78,7 +80,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
         raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
-    spec = opt.model_spec(model, input_shape, classes, batch_size)
+    spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
     source = opt.data_source(data)
     fleet = fleet if fleet is not None else opt.load_fleet(inventory, agents_needed=profile is None)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)

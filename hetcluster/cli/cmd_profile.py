@@ -15,9 +15,10 @@ from hetcluster.cli.console import make_console
 
 def profile_command(
     inventory: Path = opt.INVENTORY,
-    model: str = opt.MODEL,
-    input_shape: str = opt.INPUT_SHAPE,
-    classes: int = opt.CLASSES,
+    model: Optional[str] = opt.MODEL,
+    model_config: Optional[Path] = opt.MODEL_CONFIG,
+    input_shape: Optional[str] = opt.INPUT_SHAPE,
+    classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
@@ -36,7 +37,7 @@ def profile_command(
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
     console = make_console()
-    spec = opt.model_spec(model, input_shape, classes, batch_size)
+    spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
     source = opt.data_source(data)
     fleet = opt.load_fleet(inventory)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training stops the servers it started

@@ -29,9 +29,10 @@ ALLOW_MISSING = typer.Option(False, "--allow-missing", help="Plan without device
 def train_command(
     objective: str = opt.OBJECTIVE,
     inventory: Path = opt.INVENTORY,
-    model: str = opt.MODEL,
-    input_shape: str = opt.INPUT_SHAPE,
-    classes: int = opt.CLASSES,
+    model: Optional[str] = opt.MODEL,
+    model_config: Optional[Path] = opt.MODEL_CONFIG,
+    input_shape: Optional[str] = opt.INPUT_SHAPE,
+    classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
     total_steps: int = opt.TOTAL_STEPS,
@@ -68,8 +69,8 @@ def train_command(
             job = _resume_job(fleet, workdir, allow_missing, console)
         else:
             job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, dict(
-                objective=objective, inventory=inventory, model=model, input_shape=input_shape, classes=classes,
-                batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
+                objective=objective, inventory=inventory, model=model, model_config=model_config,
+                input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
                 warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
                 max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                 device_kind=device_kind))

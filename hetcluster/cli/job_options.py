@@ -15,9 +15,10 @@ import typer
 from hetcluster.errors import ConfigError
 
 INVENTORY = typer.Option(Path("cluster.toml"), "--inventory", "-i", help="Fleet inventory (TOML), e.g. from `hetcluster cluster up`.")
-MODEL = typer.Option("small_cnn", "--model", "-m", help="Registry name: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn.")
-INPUT_SHAPE = typer.Option("32x32x3", "--input-shape", help="Input shape HxWxC (small shapes let small devices train).")
-CLASSES = typer.Option(10, "--classes", help="Number of output classes.")
+MODEL = typer.Option(None, "--model", "-m", help="Registry name: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn (default small_cnn).")
+MODEL_CONFIG = typer.Option(None, "--model-config", help="Your own model instead of --model: a tf_keras model.to_json() file (functional, one image input, a Dense logits output; loaded in safe mode, built-in layers only). Its input shape and classes are the config's.")
+INPUT_SHAPE = typer.Option(None, "--input-shape", help="Input shape HxWxC (small shapes let small devices train; default 32x32x3).")
+CLASSES = typer.Option(None, "--classes", help="Number of output classes (default 10).")
 BATCH_SIZE = typer.Option(32, "--batch-size", "-b", help="Per-step batch size.")
 DATA = typer.Option(None, "--data", help="Training data: an image folder, a .npz file or a .tfrecord file (default: synthetic).")
 TOTAL_STEPS = typer.Option(600, "--total-steps", "-n", help="Steps of the whole job, pre-training included.")
@@ -36,10 +37,27 @@ DEVICE_KIND = typer.Option(None, "--device-kind", help="Memory model for every d
 OBJECTIVES = ("time", "power", "energy", "edp")
 
 
-def model_spec(model: str, input_shape: str, classes: int, batch_size: int):
-    from hetcluster.models.spec import ModelSpec, parse_input_shape
+def model_spec(model: str | None, input_shape: str | None, classes: int | None, batch_size: int,
+               model_config: Path | None = None):
+    """The job's ModelSpec: a registry model (--model, default small_cnn, 32x32x3, 10 classes) or
+    the user's config (--model-config; --input-shape and --classes, when given, must be the config's)."""
+    from hetcluster.models.spec import ModelSpec, format_input_shape, parse_input_shape
 
-    return ModelSpec(name=model, input_shape=parse_input_shape(input_shape), classes=classes, batch_size=batch_size)
+    if model_config is None:
+        return ModelSpec(name=model or "small_cnn", input_shape=parse_input_shape(input_shape or "32x32x3"),
+                         classes=10 if classes is None else classes, batch_size=batch_size)
+    if model is not None:
+        raise ConfigError(f"--model {model} and --model-config {model_config} name two models.", hint="give one of them.")
+    from hetcluster.models.keras_config import read_keras_config
+
+    described = read_keras_config(model_config)
+    if input_shape is not None and parse_input_shape(input_shape) != described.input_shape:
+        raise ConfigError(f"--input-shape {input_shape}: the model of {model_config} takes "
+                          f"{format_input_shape(described.input_shape)}.", hint="leave --input-shape out with --model-config.")
+    if classes is not None and classes != described.classes:
+        raise ConfigError(f"--classes {classes}: the model of {model_config} has {described.classes}.",
+                          hint="leave --classes out with --model-config.")
+    return ModelSpec.from_keras_config(described.config_json, batch_size=batch_size)
 
 
 def data_source(data: Path | None):

@@ -38,6 +38,10 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
 
     profile_path, checkpoint_dir = profile_paths(workdir)
     check_writable(profile_path)   # before the runs, not after them
+    if spec.keras_config is not None:  # a user's model, built once here in safe mode (and its memory graph
+        from hetcluster.memory.fit import graph_of  # kept): a config the training processes would refuse fails now
+
+        graph_of(spec.name, 1, spec.input_shape, spec.classes)
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names))
     plans: dict[frozenset, TrainingMemory] = {}
@@ -122,6 +126,11 @@ def check_profile_job(profile: Any, spec: Any, path: Path) -> None:
               ("classes", "classes", "--classes", str), ("batch size", "batch_size", "--batch-size", str))
     wrong = [(what, flag, show(measured[key]), show(getattr(spec, key))) for what, key, flag, show in fields
              if measured.get(key) is not None and show(measured[key]) != show(getattr(spec, key))]
+    if wrong and measured.get("keras_config"):  # a user's model: its name holds a digest of its config
+        raise ProfileError(f"Profile {path} was measured for {', '.join(f'{what} {was}' for what, _, was, _ in wrong)} "
+                           f"(a model config), not {', '.join(now for *_, now in wrong)}.",
+                           hint=f"pass --model-config with the config of {measured['name']} (and --batch-size "
+                                f"{measured.get('batch_size')}), or pre-train again without --profile.")
     if wrong:
         raise ProfileError(f"Profile {path} was measured for {', '.join(f'{what} {was}' for what, _, was, _ in wrong)}, "
                            f"not {', '.join(now for *_, now in wrong)}.",

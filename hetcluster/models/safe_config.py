@@ -37,8 +37,9 @@ def _allowed_class_names() -> frozenset[str]:
     return frozenset(names - _FORBIDDEN_CLASSES)
 
 
-def _walk(node: Any, allowed: frozenset[str], path: str) -> None:
-    """Raise ConfigError at the first object that is not a plain tf_keras built-in."""
+def _walk(node: Any, allowed: frozenset[str] | None, path: str) -> None:
+    """Raise ConfigError at the first object that is not a plain tf_keras built-in (allowed None:
+    only what can be told without TensorFlow: code-carrying layers, foreign modules, functions)."""
     if isinstance(node, list):
         for i, item in enumerate(node):
             _walk(item, allowed, f"{path}[{i}]")
@@ -56,7 +57,7 @@ def _walk(node: Any, allowed: frozenset[str], path: str) -> None:
         module = node.get("module")
         custom_registration = isinstance(registered, str) and registered not in ("", class_name)
         foreign_module = isinstance(module, str) and not module.startswith(("keras", "tf_keras"))
-        if class_name not in allowed or custom_registration or foreign_module:
+        if (allowed is not None and class_name not in allowed) or custom_registration or foreign_module:
             raise ConfigError(
                 f"Model config names a custom object {class_name!r} at {path}.",
                 hint="use only built-in tf_keras layers; custom code is not loaded.",
@@ -66,6 +67,12 @@ def _walk(node: Any, allowed: frozenset[str], path: str) -> None:
             raise ConfigError(f"Model config carries a function at {path}.{key}.",
                               hint="use only built-in tf_keras layers.")
         _walk(value, allowed, f"{path}.{key}")
+
+
+def check_config_structure(config: dict) -> None:
+    """The checks of a config that need no TensorFlow (Lambda layers, custom registrations,
+    foreign modules, functions); model_from_config_safe adds tf_keras' own list of classes."""
+    _walk(config, None, "$")
 
 
 def model_from_config_safe(config_json: str | dict) -> "tf_keras.Model":
