@@ -26,6 +26,8 @@ experiments/results/choice_accuracy/<full|reduced>/:
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
                                                         [--job-scale K] [--repeats R] [--out-dir DIR]
+        .venv/bin/python experiments/choice_accuracy.py --model-config FILE [--config-batch-size B]
+                                                        [--config-total-steps N] ...   (a user's own model)
         .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
@@ -63,6 +65,28 @@ class Setting:
     total_steps: int
     pretrain_steps: int = 20
     warmup_steps: int = 4
+    model_config: str | None = None  # a user's model (hetcluster --model-config): model is then its file's stem
+
+    def model_args(self) -> list[Any]:
+        """How the evaluate command names the model: a registry name and input shape, or the config file."""
+        if self.model_config is not None:
+            return ["--model-config", self.model_config]
+        return ["--model", self.model, "--input-shape", self.input_shape]
+
+
+def config_setting(path: Path, batch_size: int, total_steps: int) -> Setting:
+    """The Setting of a user's model from its tf_keras config (one-line exit for a config the job
+    cannot train); pre-training as the full configuration's: 10 steps per run, 3 of them warm-up."""
+    from hetcluster.errors import HetclusterError
+    from hetcluster.models.keras_config import read_keras_config
+    from hetcluster.models.spec import format_input_shape
+
+    try:
+        described = read_keras_config(path)
+    except HetclusterError as error:
+        raise SystemExit(f"error: {error}") from None
+    return Setting(path.stem, format_input_shape(described.input_shape), batch_size, total_steps,
+                   pretrain_steps=10, warmup_steps=3, model_config=str(path.resolve()))
 
 
 # The full configuration: the five models at 32x32 (the smallest input every one of them accepts),
@@ -105,8 +129,7 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
     out = raw_dir / f"{setting.model}.json"
     shutil.rmtree(work_dir / setting.model, ignore_errors=True)  # pre-training would resume an old checkpoint
     started = time.monotonic()
-    run_cli(["evaluate", "--inventory", inventory, "--model", setting.model, "--input-shape", setting.input_shape,
-             "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
+    run_cli(["evaluate", "--inventory", inventory, *setting.model_args(), "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
              "--pretrain-steps", setting.pretrain_steps, "--warmup-steps", setting.warmup_steps,
              "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out,
              "--repeats", repeats],
@@ -167,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reduced", action="store_true", help="two light models, few steps (CI, a quick look)")
     parser.add_argument("--models", help="only these models of the configuration, comma-separated; "
                                           f"{', '.join(s.model for s in EXTRA)} run only when named here")
+    parser.add_argument("--model-config", type=Path, help="instead of the configuration's models, a user's own "
+                                                           "(a tf_keras model.to_json() file; hetcluster --model-config)")
+    parser.add_argument("--config-batch-size", type=int, default=16, help="--model-config's batch size (default 16)")
+    parser.add_argument("--config-total-steps", type=int, default=200,
+                        help="--model-config's total steps before --job-scale (default 200)")
     parser.add_argument("--job-scale", type=int, default=1,
                         help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
     parser.add_argument("--repeats", type=int, default=1,
@@ -184,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
 
     name = "reduced" if args.reduced else "full"
     settings = REDUCED if args.reduced else FULL
+    if args.model_config is not None:
+        if args.models or args.reduced:
+            parser.error("--model-config names the one model to run: give it without --models and --reduced")
+        settings = (config_setting(args.model_config, args.config_batch_size, args.config_total_steps),)
     if args.job_scale != 1:
         settings, name = scaled(settings, args.job_scale), f"{name}-x{args.job_scale}"
     if args.repeats < 1:
