@@ -45,8 +45,8 @@ def memplan(
     budget_bytes = parse_bytes(budget)
     if model is None and model_config is None:
         raise ConfigError("No model given.", hint="give --model NAME (a registry model) or --model-config FILE (yours).")
-    spec = model_spec(model, input_shape or (None if model_config else "224x224x3"),
-                      classes if classes is not None or model_config else 1000, batch_size, model_config)
+    spec = model_spec(model, input_shape, classes, batch_size, model_config, default_input_shape="224x224x3",
+                      default_classes=1000)
     overheads = Overheads(optimizer=optimizer)
 
     from hetcluster.memory.fit import plan_for

@@ -38,14 +38,15 @@ OBJECTIVES = ("time", "power", "energy", "edp")
 
 
 def model_spec(model: str | None, input_shape: str | None, classes: int | None, batch_size: int,
-               model_config: Path | None = None):
-    """The job's ModelSpec: a registry model (--model, default small_cnn, 32x32x3, 10 classes) or
-    the user's config (--model-config; --input-shape and --classes, when given, must be the config's)."""
+               model_config: Path | None = None, *, default_input_shape: str = "32x32x3", default_classes: int = 10):
+    """The job's ModelSpec: a registry model (--model, default small_cnn; --input-shape and --classes
+    default to the two defaults) or the user's config (--model-config; --input-shape and --classes,
+    when given, must be the config's)."""
     from hetcluster.models.spec import ModelSpec, format_input_shape, parse_input_shape
 
     if model_config is None:
-        return ModelSpec(name=model or "small_cnn", input_shape=parse_input_shape(input_shape or "32x32x3"),
-                         classes=10 if classes is None else classes, batch_size=batch_size)
+        return ModelSpec(name=model or "small_cnn", input_shape=parse_input_shape(input_shape or default_input_shape),
+                         classes=default_classes if classes is None else classes, batch_size=batch_size)
     if model is not None:
         raise ConfigError(f"--model {model} and --model-config {model_config} name two models.", hint="give one of them.")
     from hetcluster.models.keras_config import read_keras_config
