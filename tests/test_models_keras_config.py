@@ -83,6 +83,11 @@ def _lambda(config: dict) -> dict:
     return config
 
 
+def _malformed(config: dict) -> dict:
+    config["config"]["layers"] = 5
+    return config
+
+
 def _sequential(config: dict) -> dict:
     config["class_name"] = "Sequential"
     return config
@@ -94,6 +99,7 @@ def _sequential(config: dict) -> dict:
     (_flat_input, "needs images"),
     (_lambda, "Lambda"),
     (_sequential, "Sequential"),
+    (_malformed, "has shape None"),
 ])
 def test_a_config_the_job_cannot_train_is_refused_in_one_line(config, break_it, needle):
     with pytest.raises(ConfigError, match=needle) as caught:

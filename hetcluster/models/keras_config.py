@@ -64,8 +64,9 @@ def describe_keras_config(text: str | bytes | dict) -> KerasConfigModel:
         raise ConfigError(f"Model config is a {kind!r}, not a Keras model config.", hint=_HINT)
     check_config_structure(config)
     body = config["config"]
-    layers = {layer.get("name") or layer.get("config", {}).get("name"): layer
-              for layer in body.get("layers", []) if isinstance(layer, dict)}
+    listed = body.get("layers")
+    layers = {layer.get("name") or _config_of(layer).get("name"): layer
+              for layer in (listed if isinstance(listed, list) else []) if isinstance(layer, dict)}
     input_shape = _input_shape(body, layers)
     classes = _classes(body, layers)
     # the model's own name opens every TensorFlow name scope of a step: Keras builds "user net" but
@@ -75,6 +76,12 @@ def describe_keras_config(text: str | bytes | dict) -> KerasConfigModel:
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
     return KerasConfigModel(f"{own_name}-{digest}", input_shape, classes, canonical)
+
+
+def _config_of(layer: Any) -> dict:
+    """A layer entry's own config (an empty one where the JSON holds something else)."""
+    config = layer.get("config") if isinstance(layer, dict) else None
+    return config if isinstance(config, dict) else {}
 
 
 def _endpoints(body: dict, key: str, what: str) -> list[str]:
@@ -90,7 +97,7 @@ def _input_shape(body: dict, layers: dict[str, Any]) -> tuple[int, int, int]:
     inputs = _endpoints(body, "input_layers", "input")
     if len(inputs) != 1:
         raise ConfigError(f"Model config has {len(inputs)} inputs; a job trains on one image input.", hint=_HINT)
-    layer_config = layers.get(inputs[0], {}).get("config", {})
+    layer_config = _config_of(layers.get(inputs[0]))
     shape = layer_config.get("batch_input_shape") or layer_config.get("batch_shape")
     if (not isinstance(shape, list) or len(shape) != 4
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape[1:])):
@@ -104,7 +111,7 @@ def _classes(body: dict, layers: dict[str, Any]) -> int:
     if len(outputs) != 1:
         raise ConfigError(f"Model config has {len(outputs)} outputs; a job trains one classifier output.", hint=_HINT)
     layer = layers.get(outputs[0], {})
-    layer_config = layer.get("config", {})
+    layer_config = _config_of(layer)
     if layer.get("class_name") != "Dense" or layer_config.get("activation", "linear") not in ("linear", None):
         raise ConfigError(f"Model config's output {outputs[0]!r} is a {layer.get('class_name')} layer "
                           f"with activation {layer_config.get('activation')!r}; the job's loss takes logits.",

@@ -1,8 +1,9 @@
 """What a training job trains: model name, input shape, classes and batch size.
 
 A model is a registry name, or a user's own tf_keras JSON config (keras_config.py): its spec then
-carries the config, and its name, input shape and classes are the config's. Kept free of TensorFlow so the CLI and the planner can parse and carry a job description without
-paying TensorFlow's import time.
+carries the config, and its name, input shape and classes are the config's. Kept free of TensorFlow
+so the CLI and the planner can parse and carry a job description without paying TensorFlow's import
+time.
 """
 
 from __future__ import annotations
