@@ -21,17 +21,16 @@ TOTAL = 40
 
 
 def test_evaluate_trains_every_configuration_and_scores_the_choices(tmp_path):
-    from hetcluster.training.checkpoints import checkpoint_steps
-
     from hetcluster.models.spec import ModelSpec
+    from hetcluster.training.checkpoints import checkpoint_steps
 
     model = ModelSpec.from_keras_config(USER_NET.read_text(), batch_size=8)
     with emulated_fleet(tmp_path / "fleet", "t5e") as fleet:
         out = tmp_path / "result.json"
         cmd = [sys.executable, "-m", "hetcluster.cli.app", "evaluate", "--inventory", str(fleet / "cluster.toml"),
                "--profile", str(write_profile(tmp_path / "profile.json", with_ghost=False, model=model)),
-               "--model-config", str(USER_NET), "--batch-size", "8", "--total-steps", str(TOTAL), "--configs", "slow,fast+slow", "--workdir", str(tmp_path / "eval"),
-               "--out", str(out)]
+               "--model-config", str(USER_NET), "--batch-size", "8", "--total-steps", str(TOTAL),
+               "--configs", "slow,fast+slow", "--workdir", str(tmp_path / "eval"), "--out", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
