@@ -129,10 +129,10 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
     out = raw_dir / f"{setting.model}.json"
     shutil.rmtree(work_dir / setting.model, ignore_errors=True)  # pre-training would resume an old checkpoint
     started = time.monotonic()
-    run_cli(["evaluate", "--inventory", inventory, *setting.model_args(), "--batch-size", setting.batch_size, "--total-steps", setting.total_steps,
-             "--pretrain-steps", setting.pretrain_steps, "--warmup-steps", setting.warmup_steps,
-             "--objectives", "time,power,energy,edp", "--workdir", work_dir / setting.model, "--out", out,
-             "--repeats", repeats],
+    run_cli(["evaluate", "--inventory", inventory, *setting.model_args(), "--batch-size", setting.batch_size,
+             "--total-steps", setting.total_steps, "--pretrain-steps", setting.pretrain_steps,
+             "--warmup-steps", setting.warmup_steps, "--objectives", "time,power,energy,edp",
+             "--workdir", work_dir / setting.model, "--out", out, "--repeats", repeats],
             raw_dir / "evaluate.log")
     evaluation = read_json(out)
     record = {"setting": {**asdict(setting), "repeats": repeats, "wall_s": time.monotonic() - started,

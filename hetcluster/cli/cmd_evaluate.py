@@ -93,9 +93,10 @@ def evaluate_command(
     with sigterm_as_interrupt():  # as Ctrl-C: the run in progress stops its servers, exit 130
         plan, measured_profile, spec, source, budgets = make_plan(
             objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, model_config=model_config,
-            input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
-            warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None, max_power=None,
-            max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console, fleet=fleet)
+            input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps,
+            pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None,
+            max_power=None, max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console,
+            fleet=fleet)
         evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
                                     out, console, budgets, round_steps=round_steps, repeats=repeats)
     from hetcluster.cli.train_output import evaluation_tables

@@ -70,9 +70,9 @@ def train_command(
         else:
             job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, dict(
                 objective=objective, inventory=inventory, model=model, model_config=model_config,
-                input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps, pretrain_steps=pretrain_steps,
-                warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=deadline,
-                max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
+                input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps,
+                pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile,
+                deadline=deadline, max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                 device_kind=device_kind))
         train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,
                      resume_hint=f"hetcluster train --inventory {inventory} --workdir {workdir} --resume")
