@@ -58,7 +58,7 @@ def model_spec(model: str | None, input_shape: str | None, classes: int | None, 
     if classes is not None and classes != described.classes:
         raise ConfigError(f"--classes {classes}: the model of {model_config} has {described.classes}.",
                           hint="leave --classes out with --model-config.")
-    return ModelSpec.from_keras_config(described.config_json, batch_size=batch_size)
+    return ModelSpec.from_keras_config(described, batch_size=batch_size)
 
 
 def data_source(data: Path | None):

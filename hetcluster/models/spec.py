@@ -12,7 +12,12 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from hetcluster.errors import ConfigError
-from hetcluster.models.keras_config import describe_keras_config, register_keras_config, registered_keras_config
+from hetcluster.models.keras_config import (
+    KerasConfigModel,
+    describe_keras_config,
+    register_keras_config,
+    registered_keras_config,
+)
 
 # Keras applications (random weights) and our small CNN; min input side per model (pixels), as
 # enforced by tf_keras.applications' own input-shape check (``obtain_input_shape``).
@@ -102,9 +107,10 @@ class ModelSpec:
             raise ConfigError(f"batch_size={self.batch_size} must be positive.", hint="use --batch-size 1 or more.")
 
     @classmethod
-    def from_keras_config(cls, text: str | dict, batch_size: int = 32) -> "ModelSpec":
-        """The spec of a user's model from its tf_keras JSON config (``model.to_json()``)."""
-        described = describe_keras_config(text)
+    def from_keras_config(cls, config: str | dict | KerasConfigModel, batch_size: int = 32) -> "ModelSpec":
+        """The spec of a user's model from its tf_keras JSON config (``model.to_json()``), or from the
+        description of it that keras_config already made (not described again)."""
+        described = config if isinstance(config, KerasConfigModel) else describe_keras_config(config)
         return cls(described.name, described.input_shape, described.classes, batch_size, described.config_json)
 
     def to_dict(self) -> dict:
