@@ -126,15 +126,16 @@ def check_profile_job(profile: Any, spec: Any, path: Path) -> None:
               ("classes", "classes", "--classes", str), ("batch size", "batch_size", "--batch-size", str))
     wrong = [(what, flag, show(measured[key]), show(getattr(spec, key))) for what, key, flag, show in fields
              if measured.get(key) is not None and show(measured[key]) != show(getattr(spec, key))]
-    if wrong and measured.get("keras_config"):  # a user's model: its name holds a digest of its config
-        raise ProfileError(f"Profile {path} was measured for {', '.join(f'{what} {was}' for what, _, was, _ in wrong)} "
-                           f"(a model config), not {', '.join(now for *_, now in wrong)}.",
-                           hint=f"pass --model-config with the config of {measured['name']} (and --batch-size "
-                                f"{measured.get('batch_size')}), or pre-train again without --profile.")
-    if wrong:
-        raise ProfileError(f"Profile {path} was measured for {', '.join(f'{what} {was}' for what, _, was, _ in wrong)}, "
-                           f"not {', '.join(now for *_, now in wrong)}.",
-                           hint=f"pass {' '.join(f'{flag} {was}' for _, flag, was, _ in wrong)}, or pre-train again without --profile.")
+    if not wrong:
+        return
+    measured_for = ", ".join(f"{what} {was}" for what, _, was, _ in wrong)
+    if measured.get("keras_config"):  # a user's model: its name holds a digest of its config, not a flag's value
+        measured_for += " (a model config)"
+        flags = f"--model-config with the config of {measured['name']} (and --batch-size {measured.get('batch_size')})"
+    else:
+        flags = " ".join(f"{flag} {was}" for _, flag, was, _ in wrong)
+    raise ProfileError(f"Profile {path} was measured for {measured_for}, not {', '.join(now for *_, now in wrong)}.",
+                       hint=f"pass {flags}, or pre-train again without --profile.")
 
 
 def _adopt_memory_graph(profile: Any, spec: Any) -> None:
