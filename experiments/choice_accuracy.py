@@ -4,7 +4,8 @@ Three emulated platforms (server, jetson-nano, phone: a server-class device, an 
 × five models × four objectives (time, power, energy, EDP); `--devices` names another fleet from the
 catalog (the default five: server,jetson-xavier,jetson-nano,rpi4,phone — 31 configurations), and
 `--catalog FILE` adds device profiles of its own (`hetcluster cluster up --catalog`: e.g.
-experiments/catalog_untuned.toml, devices the planner was never developed on). For each
+experiments/catalog_untuned.toml, devices the planner was never developed on); `--network shaped`
+(root) rate-shapes each device's link to its catalog bandwidth, so a slow link slows its device. For each
 model, `hetcluster evaluate` pre-trains once, predicts all 2^n − 1 configurations, trains every one
 of them for real from the same pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
 own state dir, runs evaluate per model, always tears the fleet down, and writes under
@@ -25,6 +26,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
 Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
+                                                        [--network loopback|shaped]
                                                         [--job-scale K] [--repeats R] [--out-dir DIR]
         .venv/bin/python experiments/choice_accuracy.py --model-config FILE [--config-batch-size B]
                                                         [--config-total-steps N] ...   (a user's own model)
@@ -203,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                                           f"devices (default {','.join(PLATFORMS)}); results default to ...-<n>dev")
     parser.add_argument("--catalog", type=Path, help="a TOML file of device profiles added to the built-in catalog "
                                                       "(hetcluster cluster up --catalog); --devices may name them")
+    parser.add_argument("--network", choices=("loopback", "shaped"), default="loopback",
+                        help="hetcluster cluster up --network: shaped (root) rate-shapes each device's link to its "
+                             "catalog bandwidth (default loopback); results default to ...-shaped")
     parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
     parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--devices: give two or more distinct entries (NAME*K for K identical devices), got {args.devices!r}")
         if devices != PLATFORMS:
             name = f"{name}-{len(devices)}dev"
+    if args.network != "loopback":
+        name = f"{name}-{args.network}"
     profiles = None if args.render_only else fleet_profiles(devices, args.catalog)
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -245,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.render_only:
         try:
             run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
-                    args.fresh, sys.argv, args.repeats, devices, args.catalog, profiles)
+                    args.fresh, sys.argv, args.repeats, devices, args.catalog, profiles, args.network)
         except RuntimeError as error:  # a hetcluster command failed: its own message, not a traceback
             raise SystemExit(f"error: {error}") from None
     frames = render(out_dir, settings)
@@ -277,12 +284,13 @@ def fleet_profiles(devices: tuple[str, ...], catalog: Path | None) -> dict[str, 
 
 def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh: bool, command: list[str],
             repeats: int = 1, devices: tuple[str, ...] = PLATFORMS, catalog: Path | None = None,
-            profiles: dict[str, dict[str, Any]] | None = None) -> None:
-    """Bring the fleet up (``catalog``: device profiles added to the built-in ones), evaluate every
-    model not yet in raw/, record the machine (``profiles``: what each device was), tear down."""
+            profiles: dict[str, dict[str, Any]] | None = None, network: str = "loopback") -> None:
+    """Bring the fleet up (``catalog``: device profiles added to the built-in ones; ``network``: its
+    `cluster up --network`), evaluate every model not yet in raw/, record the machine (``profiles``:
+    what each device was; the network), tear down."""
     raw_dir = out_dir / "raw"
     todo = [s for s in settings if fresh or not (raw_dir / f"{s.model}.setting.json").exists()]
-    machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(devices),
+    machine = {"before": machine_info(), "command": " ".join(command), "platforms": list(devices), "network": network,
                **({"device_profiles": profiles} if profiles else {}),
                "settings": [asdict(s) for s in settings], "models_run_now": [s.model for s in todo]}
     work_dir = state_dir / "work"
@@ -291,7 +299,7 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
     try:
         if todo:
             with watch, emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
-                                       log_path=raw_dir / "evaluate.log", catalog=catalog) as inventory:
+                                       log_path=raw_dir / "evaluate.log", catalog=catalog, network=network) as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
                              setting.batch_size, setting.total_steps)

@@ -85,9 +85,11 @@ def _clip(text: str, keep_chars: int = 3000) -> str:
 
 @contextlib.contextmanager
 def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: str = "experiments",
-                   log_path: Path | None = None, catalog: Path | None = None) -> Iterator[Path]:
+                   log_path: Path | None = None, catalog: Path | None = None, network: str = "loopback") -> Iterator[Path]:
     """`hetcluster cluster up` into our own state dir (``catalog``: a TOML file of device profiles
-    added to the built-in ones, `cluster up --catalog`); yields the inventory; `cluster down` after,
+    added to the built-in ones, `cluster up --catalog`; ``network``: `cluster up --network`, loopback
+    or shaped, each device's link rate-shaped in its own namespace, root only); yields the inventory;
+    `cluster down` after,
     whatever happened — once the fleet is up: an `up` that fails (say, another run's fleet is up in
     that state dir) has taken down what it started itself, and a `down` then would stop the other
     run's fleet.
@@ -108,7 +110,8 @@ def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: st
         signal.signal(signal.SIGTERM, _terminate)
     try:
         run_cli(["cluster", "up", "--devices", ",".join(devices), "--state-dir", state_dir, "--name", name,
-                 "--out", inventory, *(["--catalog", Path(catalog).resolve()] if catalog else [])], log_path)
+                 "--out", inventory, *(["--catalog", Path(catalog).resolve()] if catalog else []),
+                 *(["--network", network] if network != "loopback" else [])], log_path)
         try:
             yield inventory
         finally:

@@ -308,7 +308,7 @@ def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_flee
                           "--out-dir", str(tmp_path / "b")])
     [args] = started
     resolved = choice_accuracy.fleet_profiles(("laptop", "rpi5"), UNTUNED)
-    assert args[6:] == (("laptop", "rpi5"), UNTUNED, resolved)
+    assert args[6:] == (("laptop", "rpi5"), UNTUNED, resolved, "loopback")
 
     # and machine.json records them with the run (here one with nothing left to train: no fleet comes up)
     monkeypatch.undo()
@@ -332,4 +332,31 @@ def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
     assert up[:2] == ["cluster", "up"] and up[up.index("--catalog") + 1] == Path("experiments/catalog_untuned.toml").resolve()
     with common.emulated_fleet(tmp_path):
         pass
-    assert "--catalog" not in calls[2]
+    assert "--catalog" not in calls[2] and "--network" not in calls[2]
+
+
+def test_a_shaped_fleet_is_asked_of_cluster_up_named_in_the_results_and_recorded(tmp_path, monkeypatch):
+    import common
+
+    calls = []
+    monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))
+    with common.emulated_fleet(tmp_path, ("server", "rpi4"), network="shaped"):
+        pass
+    assert calls[0][calls[0].index("--network") + 1] == "shaped"
+
+    started = []
+    monkeypatch.setattr(choice_accuracy, "run_all", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(choice_accuracy, "render", lambda *a, **k: {"summary": pd.DataFrame()})
+    monkeypatch.setattr(choice_accuracy, "RESULTS", tmp_path)
+    choice_accuracy.main(["--models", "small_cnn", "--devices", "server,rpi4", "--network", "shaped"])
+    [args] = started
+    assert args[1] == (tmp_path / "choice_accuracy" / "full-2dev-shaped").resolve() and args[-1] == "shaped"
+
+    monkeypatch.undo()
+    out = tmp_path / "c"
+    (out / "raw").mkdir(parents=True)
+    (out / "raw" / "small_cnn.setting.json").write_text("{}")
+    setting = next(s for s in choice_accuracy.FULL if s.model == "small_cnn")
+    choice_accuracy.run_all((setting,), out, tmp_path / "state", False, ["test"], network="shaped")
+    [run] = json.loads((out / "machine.json").read_text())["runs"]
+    assert run["network"] == "shaped"
