@@ -298,8 +298,8 @@ def run_all(settings: tuple[Setting, ...], out_dir: Path, state_dir: Path, fresh
     watch = ForeignCpu(marker=str(state_dir.resolve()))
     try:
         if todo:
-            with watch, emulated_fleet(state_dir, devices, name=fleet_name(out_dir),
-                                       log_path=raw_dir / "evaluate.log", catalog=catalog, network=network) as inventory:
+            with watch, emulated_fleet(state_dir, devices, name=fleet_name(out_dir), log_path=raw_dir / "evaluate.log",
+                                       catalog=catalog, network=network) as inventory:
                 for setting in todo:
                     log.info("evaluating %s (%s, batch %d, %d steps)", setting.model, setting.input_shape,
                              setting.batch_size, setting.total_steps)

@@ -85,14 +85,14 @@ def _clip(text: str, keep_chars: int = 3000) -> str:
 
 @contextlib.contextmanager
 def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: str = "experiments",
-                   log_path: Path | None = None, catalog: Path | None = None, network: str = "loopback") -> Iterator[Path]:
+                   log_path: Path | None = None, catalog: Path | None = None,
+                   network: str = "loopback") -> Iterator[Path]:
     """`hetcluster cluster up` into our own state dir (``catalog``: a TOML file of device profiles
     added to the built-in ones, `cluster up --catalog`; ``network``: `cluster up --network`, loopback
     or shaped, each device's link rate-shaped in its own namespace, root only); yields the inventory;
-    `cluster down` after,
-    whatever happened — once the fleet is up: an `up` that fails (say, another run's fleet is up in
-    that state dir) has taken down what it started itself, and a `down` then would stop the other
-    run's fleet.
+    `cluster down` after, whatever happened — once the fleet is up: an `up` that fails (say, another
+    run's fleet is up in that state dir) has taken down what it started itself, and a `down` then
+    would stop the other run's fleet.
 
     SIGTERM is turned into an exception while the fleet is up, so `kill PID` of a long experiment
     also tears the agents down instead of leaving them running on a shared machine.
@@ -110,8 +110,8 @@ def emulated_fleet(state_dir: Path, devices: Sequence[str] = PLATFORMS, name: st
         signal.signal(signal.SIGTERM, _terminate)
     try:
         run_cli(["cluster", "up", "--devices", ",".join(devices), "--state-dir", state_dir, "--name", name,
-                 "--out", inventory, *(["--catalog", Path(catalog).resolve()] if catalog else []),
-                 *(["--network", network] if network != "loopback" else [])], log_path)
+                 "--out", inventory, "--network", network,
+                 *(["--catalog", Path(catalog).resolve()] if catalog else [])], log_path)
         try:
             yield inventory
         finally:

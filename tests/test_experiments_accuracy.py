@@ -332,7 +332,7 @@ def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
     assert up[:2] == ["cluster", "up"] and up[up.index("--catalog") + 1] == Path("experiments/catalog_untuned.toml").resolve()
     with common.emulated_fleet(tmp_path):
         pass
-    assert "--catalog" not in calls[2] and "--network" not in calls[2]
+    assert "--catalog" not in calls[2] and calls[2][calls[2].index("--network") + 1] == "loopback"
 
 
 def test_a_shaped_fleet_is_asked_of_cluster_up_named_in_the_results_and_recorded(tmp_path, monkeypatch):
