@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
 from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
+from hetcluster.emulation.cluster import NETWORK_MODES  # noqa: E402
 from host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between  # noqa: E402
 
 log = logging.getLogger("choice_accuracy")
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                                           f"devices (default {','.join(PLATFORMS)}); results default to ...-<n>dev")
     parser.add_argument("--catalog", type=Path, help="a TOML file of device profiles added to the built-in catalog "
                                                       "(hetcluster cluster up --catalog); --devices may name them")
-    parser.add_argument("--network", choices=("loopback", "shaped"), default="loopback",
+    parser.add_argument("--network", choices=NETWORK_MODES, default="loopback",
                         help="hetcluster cluster up --network: shaped (root) rate-shapes each device's link to its "
                              "catalog bandwidth (default loopback); results default to ...-shaped")
     parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
