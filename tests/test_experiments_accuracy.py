@@ -310,15 +310,22 @@ def test_a_catalog_of_new_devices_is_checked_up_front_and_recorded_with_the_flee
     resolved = choice_accuracy.fleet_profiles(("laptop", "rpi5"), UNTUNED)
     assert args[6:] == (("laptop", "rpi5"), UNTUNED, resolved, "loopback")
 
-    # and machine.json records them with the run (here one with nothing left to train: no fleet comes up)
+    # and machine.json records them with the run
     monkeypatch.undo()
+    run = _machine_record_of_a_finished_run(tmp_path, 2, ("laptop", "rpi5"), UNTUNED, resolved)
+    assert run["device_profiles"] == resolved and run["models_run_now"] == []
+
+
+def _machine_record_of_a_finished_run(tmp_path: Path, *args, **kwargs) -> dict:
+    """choice_accuracy.run_all(..., *args, **kwargs) of small_cnn into a folder whose raw/ already holds
+    it (nothing left to train: no fleet comes up); the machine record it writes."""
     out = tmp_path / "c"
     (out / "raw").mkdir(parents=True)
     (out / "raw" / "small_cnn.setting.json").write_text("{}")
     setting = next(s for s in choice_accuracy.FULL if s.model == "small_cnn")
-    choice_accuracy.run_all((setting,), out, tmp_path / "state", False, ["test"], 2, ("laptop", "rpi5"), UNTUNED, resolved)
+    choice_accuracy.run_all((setting,), out, tmp_path / "state", False, ["test"], *args, **kwargs)
     [run] = json.loads((out / "machine.json").read_text())["runs"]
-    assert run["device_profiles"] == resolved and run["models_run_now"] == []
+    return run
 
 
 def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
@@ -353,10 +360,4 @@ def test_a_shaped_fleet_is_asked_of_cluster_up_named_in_the_results_and_recorded
     assert args[1] == (tmp_path / "choice_accuracy" / "full-2dev-shaped").resolve() and args[-1] == "shaped"
 
     monkeypatch.undo()
-    out = tmp_path / "c"
-    (out / "raw").mkdir(parents=True)
-    (out / "raw" / "small_cnn.setting.json").write_text("{}")
-    setting = next(s for s in choice_accuracy.FULL if s.model == "small_cnn")
-    choice_accuracy.run_all((setting,), out, tmp_path / "state", False, ["test"], network="shaped")
-    [run] = json.loads((out / "machine.json").read_text())["runs"]
-    assert run["network"] == "shaped"
+    assert _machine_record_of_a_finished_run(tmp_path, network="shaped")["network"] == "shaped"
