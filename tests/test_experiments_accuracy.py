@@ -274,7 +274,8 @@ UNTUNED = EXPERIMENTS / "catalog_untuned.toml"
 
 
 @pytest.mark.parametrize("path, new", [(UNTUNED, ("laptop", "jetson-orin-nx", "rpi5", "tablet")),
-                                       (EXPERIMENTS / "catalog_untuned2.toml", ("desktop", "mini-pc", "odroid-n2", "pixel"))])
+                                       (EXPERIMENTS / "catalog_untuned2.toml", ("desktop", "mini-pc", "odroid-n2", "pixel")),
+                                       (EXPERIMENTS / "catalog_untuned3.toml", ("jetson-agx-orin", "nuc8", "rock5b", "ipad-m1"))])
 def test_the_committed_user_catalogs_hold_new_devices_with_their_rationale(path, new):
     from hetcluster.emulation.catalog import check_fleet_fits, load_catalog
 
