@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -129,10 +131,29 @@ def unseen_folders(root: Path) -> set[str]:
     return {line.strip() for line in listing.read_text().splitlines() if line.strip() and not line.startswith("#")}
 
 
+CHOICE_KEY = ["model", "objective"]
+CHOICE_OUTCOME = ["chosen", "exact"]
+
+
+def changed_choices(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """How a re-scoring's choices differ from those an earlier one wrote (both choices.csv frames):
+    the cases both have whose chosen configuration or exactness changed, with both outcomes
+    (columns model, objective, chosen_before, exact_before, chosen_after, exact_after); the labels of
+    the recordings only `after` has; and those of the recordings only `before` has (sorted)."""
+    old = before.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
+    new = after.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
+    both = old.join(new, how="inner", lsuffix="_before", rsuffix="_after")
+    moved = both[(both.chosen_before != both.chosen_after) | (both.exact_before != both.exact_after)].reset_index()
+    added = sorted({model for model, _ in new.index.difference(old.index)})
+    removed = sorted({model for model, _ in old.index.difference(new.index)})
+    return moved, added, removed
+
+
 def rescore_repeated(root: Path, out: Path, without: str | None = None, check: bool = False) -> dict[str, Any]:
     """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
     (rows labelled <folder>/<model>): the headline accuracy over all of them, and over the unseen
-    ones (root/unseen.txt) as the summary's scope "unseen"."""
+    ones (root/unseen.txt) as the summary's scope "unseen". Where out holds an earlier choices.csv, logs
+    the recordings it lacked and every earlier case whose choice changed (changed_choices)."""
     from accuracy import markdown_table, plot_accuracy, tables
     from common import REFERENCE_EXACT_RATE
 
@@ -152,6 +173,11 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
         raise SystemExit(f"{root / 'unseen.txt'} lists folders with no repeated-truth recording: {', '.join(sorted(unknown))}")
     groups = {"unseen": [label for label, folder in folder_of.items() if folder in unseen]} if unseen else {}
     frames = tables(runs, REFERENCE_EXACT_RATE, groups)
+    if (out / "choices.csv").exists():   # what changed since the table this folder held
+        moved, added, removed = changed_choices(pd.read_csv(out / "choices.csv"), frames["choices"])
+        log.info("against the earlier %s: recordings new %s, gone %s; %d earlier choices changed%s",
+                 out / "choices.csv", " ".join(added) or "none", " ".join(removed) or "none", len(moved),
+                 ":\n" + moved.to_string(index=False) if len(moved) else "")
     out.mkdir(parents=True, exist_ok=True)
     for name in ("choices", "summary"):
         frames[name].to_csv(out / f"{name}.csv", index=False)

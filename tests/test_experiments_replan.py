@@ -85,7 +85,7 @@ def test_repeated_truth_is_scored_for_separation(recorded) -> None:
         {"time": True, "power": True, "energy": True, "edp": True}
 
 
-def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> None:
+def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path, caplog) -> None:
     import shutil
 
     results = EXPERIMENTS / "results" / "choice_accuracy"
@@ -104,12 +104,31 @@ def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path) -> No
     assert (tmp_path / "out" / "summary.md").read_text().splitlines()[2].startswith("| **all** | **4** | **4 (100 %)** |")
 
     (tmp_path / "root" / "unseen.txt").write_text("# chosen before any result was seen\nfull-x4-r2-5dev\n")
-    summary = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")["summary"].set_index("scope")
+    with caplog.at_level("INFO", logger="replan"):
+        summary = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")["summary"].set_index("scope")
+    assert "recordings new none, gone none; 0 earlier choices changed" in caplog.text   # against the first table
     assert summary.loc["unseen", "cases"] == 4 and summary.loc["unseen", "exact"] == pytest.approx(1.0)
 
     (tmp_path / "root" / "unseen.txt").write_text("full-x4-r2-5dev\nfull-x4-r2-typo\n")
     with pytest.raises(SystemExit, match="no repeated-truth recording: full-x4-r2-typo"):
         replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
+
+
+def test_changed_choices_names_the_moved_cases_and_the_recordings_new_or_gone() -> None:
+    def choices(rows):
+        return pd.DataFrame(rows, columns=["model", "objective", "chosen", "exact", "regret"])
+
+    before = choices([("a/m", "time", "x+y", True, 0.0), ("a/m", "edp", "x", False, 0.1),
+                      ("b/m", "time", "y", True, 0.0), ("c/m", "time", "x", True, 0.0)])
+    after = choices([("a/m", "time", "x+y", True, 0.0), ("a/m", "edp", "x+y", True, 0.0),
+                     ("b/m", "time", "y", False, 0.2),   # same choice, but no longer exact: counts as moved
+                     ("d/m", "time", "y", True, 0.0)])
+    moved, added, removed = replan.changed_choices(before, after)
+    assert added == ["d/m"] and removed == ["c/m"]
+    assert moved[["model", "objective"]].values.tolist() == [["a/m", "edp"], ["b/m", "time"]]
+    assert moved.set_index("objective").loc["edp", ["chosen_before", "chosen_after"]].tolist() == ["x", "x+y"]
+    moved, added, removed = replan.changed_choices(after, after)
+    assert moved.empty and added == removed == []
 
 
 def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
