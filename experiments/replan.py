@@ -142,7 +142,7 @@ def changed_choices(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataF
     the recordings only `after` has; and those of the recordings only `before` has (sorted)."""
     old = before.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
     new = after.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
-    both = old.join(new, how="inner", lsuffix="_before", rsuffix="_after")
+    both = old.merge(new, left_index=True, right_index=True, suffixes=("_before", "_after"))
     moved = both[(both.chosen_before != both.chosen_after) | (both.exact_before != both.exact_after)].reset_index()
     added = sorted({model for model, _ in new.index.difference(old.index)})
     removed = sorted({model for model, _ in old.index.difference(new.index)})
