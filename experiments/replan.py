@@ -143,7 +143,8 @@ def changed_choices(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataF
     old = before.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
     new = after.set_index(CHOICE_KEY)[CHOICE_OUTCOME].astype(str)
     both = old.merge(new, left_index=True, right_index=True, suffixes=("_before", "_after"))
-    moved = both[(both.chosen_before != both.chosen_after) | (both.exact_before != both.exact_after)].reset_index()
+    differs = pd.concat([both[f"{c}_before"] != both[f"{c}_after"] for c in CHOICE_OUTCOME], axis=1).any(axis=1)
+    moved = both[differs].reset_index()
     added = sorted({model for model, _ in new.index.difference(old.index)})
     removed = sorted({model for model, _ in old.index.difference(new.index)})
     return moved, added, removed
