@@ -1,0 +1,194 @@
+"""What longer pre-training windows could buy: the planner fed one whole training round's own
+measurements in place of pre-training's windows, and scored against the other round.
+
+Against one training of every configuration (the reference's way of scoring) the planner is right as
+often as a second training is (the rounds' agreement, docs/experiments.md), while a planner that
+knew each configuration's expected cost would be right in about 90 % of cases. Is the gap the
+pre-training windows (a calibration set measures a few tenths of a second on these short jobs) or
+the truth's own round-to-round noise? Each repeated-truth recording (raw/<model>.json of
+choice_accuracy.py) keeps every configuration's trainings, round by round, with each worker's steady
+rate, first step and the training phase's time. So for each scored round k, with o the other round,
+the planner can be re-fitted on what round o measured, as if pre-training's windows had lasted a
+whole training phase, and scored against round k (round o's noise is not round k's: no leak).
+
+Inputs (each column of cases.csv and summary.csv):
+
+- ``pretraining``: the profile as recorded: today's planner, the headline's "against one round";
+- ``solo rates``: each device's solo rate replaced by the steady rate its solo configuration trained
+  at in round o (its window as long as that whole training phase; not revised by the sets, as a short
+  window is: hetcluster/planner/solo_rates.py);
+- ``solo runs``: also its first step and its start-up (the steady line's intercept), so that the
+  planner predicts round o's training phase of each device alone exactly;
+- ``solo runs and sets``: also each calibration set's members' rates, from round o's training of the
+  set's configuration (the set's window kept, its steps at those rates);
+- ``round o``: no planner: round o's best configuration (every configuration trained once; the rounds'
+  agreement).
+
+A device whose solo configuration was not trained by name (a fleet of identical devices planned as
+classes) keeps its pre-training measurement; recordings whose trainings did not record each worker's
+steady rate (before that was kept) are skipped.
+
+    .venv/bin/python experiments/measurement_bound.py [--root DIR] [--out DIR]
+
+No training: it reads the recordings and re-fits the planner four times per scored round (33 s over
+212 recordings on this 2-core host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, read_json  # noqa: E402
+from replan import recordings, repeated_truth  # noqa: E402
+from set_value import OBJECTIVES  # noqa: E402
+
+log = logging.getLogger("measurement_bound")
+
+ACCURACY = RESULTS / "choice_accuracy"
+METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
+SOURCES = ("pretraining", "solo rates", "solo runs", "solo runs and sets", "round o")
+PLANNED = SOURCES[:-1]
+
+
+def choices(devices: list, runs: list, job: Any, source: str) -> dict[str, frozenset]:
+    """Each objective's chosen configuration, the planner fitted on ``source``'s inputs: a solo rate
+    a whole training phase measured is not revised by the sets (solo_rates.py revises a short window)."""
+    from hetcluster.cli.cmd_evaluate import plans_by_objective
+    from hetcluster.planner import FittedModels, plan
+
+    models = FittedModels.fit(devices, runs, job, revise_rates=source == "pretraining")
+    table = plan(devices, runs, job, "edp", (), models=models).table
+    return {name: frozenset(p.chosen) for name, p in plans_by_objective(table, list(OBJECTIVES)).items()}
+
+
+def has_worker_rates(evaluation: dict[str, Any]) -> bool:
+    """Whether every training of every configuration recorded each worker's steady rate."""
+    return all("steady_steps_per_s" in run for config in evaluation["configurations"] for run in config["runs"])
+
+
+def inputs_from_round(evaluation: dict[str, Any], total_steps: int, round_index: int,
+                      source: str) -> tuple[list, list, Any]:
+    """(devices, runs, job) for the planner: the recorded profile's, with what ``source`` (one of
+    PLANNED) replaces taken from training round ``round_index`` of the truth."""
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+    devices, runs, job = to_planner_inputs(Profile.from_dict(evaluation["profile"]), total_steps)
+    if source == "pretraining":
+        return devices, runs, job
+    trained = {frozenset(c["devices"]): c["runs"][round_index] for c in evaluation["configurations"]}
+    revised = []
+    for device in devices:
+        run = trained.get(frozenset([device.name]))
+        if run is None or device.name not in run["steady_steps_per_s"]:
+            revised.append(device)   # not trained alone by this name: its pre-training window stays
+            continue
+        rate = run["steady_steps_per_s"][device.name]
+        changes: dict[str, float] = {"steps_per_s": rate}
+        if source != "solo rates":   # the fluid model's solo phase N/r + L is then the trained phase's time
+            changes.update(first_step_s=run["first_step_s"][device.name],
+                           startup_s=max(run["time_s"] - job.remaining_steps / rate, 0.0))
+        revised.append(dataclasses.replace(device, **changes))
+    if source == "solo runs and sets":
+        runs = [set_from_round(r, trained.get(frozenset(r.devices))) for r in runs]
+    return revised, runs, job
+
+
+def set_from_round(measured: Any, trained_run: dict[str, Any] | None) -> Any:
+    """A calibration set's RunMeasurement with its members' rates those its configuration trained at
+    (``trained_run``, one round's training of it), over the set's own window; unchanged without one."""
+    rates = (trained_run or {}).get("steady_steps_per_s", {})
+    if not all(name in rates for name in measured.devices):
+        return measured
+    per_device = {name: rates[name] * measured.time_s for name in measured.devices}
+    return dataclasses.replace(measured, steps=int(round(sum(per_device.values()))),
+                               steps_per_s=sum(rates[name] for name in measured.devices), per_device_steps=per_device)
+
+
+def round_best(evaluation: dict[str, Any], round_index: int, objective: str) -> frozenset:
+    """The configuration that measured best in training round ``round_index``."""
+    metric = METRIC[objective]
+    return frozenset(min(evaluation["configurations"], key=lambda c: c["repeats"][round_index][metric])["devices"])
+
+
+def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per objective and scored round of one recording: round k's best and each source's
+    choice (PLANNED fitted on round o = 1 − k), exact against round k or not."""
+    total_steps = int(read_json(raw.with_suffix(".setting.json"))["total_steps"])
+    rows = []
+    for scored in (0, 1):
+        other = 1 - scored
+        chosen = {source: choices(*inputs_from_round(evaluation, total_steps, other, source), source) for source in PLANNED}
+        for name in OBJECTIVES:
+            best = round_best(evaluation, scored, name)
+            picks = {**{source: chosen[source][name] for source in PLANNED}, "round o": round_best(evaluation, other, name)}
+            row = {"recording": f"{raw.parent.parent.name}/{raw.stem}", "devices": len(evaluation["profile"]["devices"]),
+                   "objective": name, "round": scored, "best": "+".join(sorted(best))}
+            row.update({source: pick == best for source, pick in picks.items()})
+            row.update({f"{source} chose": "+".join(sorted(pick)) for source, pick in picks.items()})
+            rows.append(row)
+    return rows
+
+
+def rows_under(root: Path) -> list[dict[str, Any]]:
+    """recording_rows of every recording under root/<folder>/raw/ whose truth was trained twice or more,
+    with a whole profile and each worker's steady rate (the others skipped, counted in the log)."""
+    rows, skipped = [], 0
+    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
+        for raw in recordings(folder / "raw"):
+            evaluation = read_json(raw)
+            if "format_version" not in evaluation.get("profile", {}) or not repeated_truth(evaluation):
+                continue
+            if not has_worker_rates(evaluation):
+                skipped += 1
+                continue
+            rows.extend(recording_rows(raw, evaluation))
+    if skipped:
+        log.warning("skipped %d repeated-truth recordings trained before each worker's steady rate was kept", skipped)
+    if not rows:
+        raise SystemExit(f"no repeated-truth recording with each worker's steady rate under {root}")
+    return rows
+
+
+def summary(rows: Any) -> Any:
+    """Exact counts against one round per source: all cases, by objective and by fleet size."""
+    import pandas as pd
+
+    scopes = [("all", rows)] + [(f"{column}={value}", group) for column in ("objective", "devices")
+                                for value, group in rows.groupby(column)]
+    return pd.DataFrame([{"scope": scope, "cases": len(group), "recordings": group["recording"].nunique(),
+                          **{source: int(group[source].sum()) for source in SOURCES}}
+                         for scope, group in scopes])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ACCURACY, help="the recordings: <root>/<folder>/raw/<model>.json")
+    parser.add_argument("--out", type=Path, help="where summary.csv and cases.csv go (default: <root>/measurement-bound)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("hetcluster.planner").setLevel(logging.ERROR)   # a class's members differing, per fit
+    if not args.root.is_dir():
+        raise SystemExit(f"--root {args.root}: no such folder")
+    cases = pd.DataFrame(rows_under(args.root))
+    out = args.out or args.root / "measurement-bound"
+    table = summary(cases)
+    out.mkdir(parents=True, exist_ok=True)
+    cases.to_csv(out / "cases.csv", index=False)
+    table.to_csv(out / "summary.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
