@@ -21,6 +21,9 @@ Inputs (each column of cases.csv and summary.csv):
   planner predicts round o's training phase of each device alone exactly;
 - ``solo runs and sets``: also each calibration set's members' rates, from round o's training of the
   set's configuration (the set's window kept, its steps at those rates);
+- ``every configuration``: the solo runs, and every multi-device configuration's training of round o
+  as a calibration set (its members' steady rates over the training phase, its power the phase's
+  energy over its time): the planner's model smoothing one whole round of the truth;
 - ``round o``: no planner: round o's best configuration (every configuration trained once; the rounds'
   agreement).
 
@@ -30,7 +33,7 @@ steady rate (before that was kept) are skipped.
 
     .venv/bin/python experiments/measurement_bound.py [--root DIR] [--out DIR]
 
-No training: it reads the recordings and re-fits the planner four times per scored round (33 s over
+No training: it reads the recordings and re-fits the planner five times per scored round (45 s over
 212 recordings on this 2-core host).
 """
 
@@ -54,7 +57,7 @@ log = logging.getLogger("measurement_bound")
 
 ACCURACY = RESULTS / "choice_accuracy"
 METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
-SOURCES = ("pretraining", "solo rates", "solo runs", "solo runs and sets", "round o")
+SOURCES = ("pretraining", "solo rates", "solo runs", "solo runs and sets", "every configuration", "round o")
 PLANNED = SOURCES[:-1]
 
 
@@ -98,7 +101,24 @@ def inputs_from_round(evaluation: dict[str, Any], total_steps: int, round_index:
         revised.append(dataclasses.replace(device, **changes))
     if source == "solo runs and sets":
         runs = [set_from_round(r, trained.get(frozenset(r.devices))) for r in runs]
+    if source == "every configuration":
+        runs = [set_from_training(devices_of, run) for devices_of, run in
+                ((tuple(c["devices"]), c["runs"][round_index]) for c in evaluation["configurations"])
+                if len(devices_of) > 1 and all(name in run["steady_steps_per_s"] for name in devices_of)]
     return revised, runs, job
+
+
+def set_from_training(devices: tuple[str, ...], run: dict[str, Any]) -> Any:
+    """One training of a multi-device configuration as a calibration set's RunMeasurement: its
+    members' steady rates over the training phase's time, each member's power its energy over that time."""
+    from hetcluster.planner.inputs import RunMeasurement
+
+    time_s, rates = run["time_s"], run["steady_steps_per_s"]
+    per_device = {name: rates[name] * time_s for name in devices}
+    power_w = {name: run["energy_per_device_j"][name] / time_s for name in devices}
+    return RunMeasurement(devices=devices, steps=int(round(sum(per_device.values()))), time_s=time_s,
+                          steps_per_s=sum(rates[name] for name in devices), power_w=sum(power_w.values()),
+                          per_device_steps=per_device, per_device_power_w=power_w)
 
 
 def set_from_round(measured: Any, trained_run: dict[str, Any] | None) -> Any:

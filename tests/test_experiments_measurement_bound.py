@@ -80,3 +80,14 @@ def test_sets_take_the_round_s_member_rates_over_their_own_window(recorded) -> N
         assert new.time_s == old.time_s
         assert new.steps_per_s == pytest.approx(sum(rates.values()))
         assert new.per_device_steps == pytest.approx({n: rates[n] * old.time_s for n in new.devices})
+
+
+def test_every_configuration_makes_each_multi_device_training_a_set(recorded) -> None:
+    _, runs, _ = measurement_bound.inputs_from_round(recorded, TOTAL_STEPS, 1, "every configuration")
+    trained = {frozenset(c["devices"]): c["runs"][1] for c in recorded["configurations"] if len(c["devices"]) > 1}
+    assert {frozenset(r.devices) for r in runs} == set(trained) and len(runs) == 11
+    for run in runs:
+        training = trained[frozenset(run.devices)]
+        assert run.time_s == training["time_s"]
+        assert run.steps_per_s == pytest.approx(sum(training["steady_steps_per_s"].values()))
+        assert run.power_w * run.time_s == pytest.approx(sum(training["energy_per_device_j"].values()))
