@@ -165,3 +165,40 @@ def write_json(path: Path, data: Any) -> Path:
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+def case_scopes(cases: Any, columns: Sequence[str] = ("objective", "devices")) -> list[tuple[str, Any]]:
+    """(scope, rows) of a DataFrame of scored cases: "all", then one per value of each column
+    ("objective=time", "devices=3", ...): the scopes of a re-planning experiment's summary."""
+    return [("all", cases)] + [(f"{column}={value}", group) for column in columns
+                               for value, group in cases.groupby(column)]
+
+
+
+def run_case_experiment(argv: Sequence[str] | None, description: str, out_name: str,
+                        rows_under: Any, summary: Any) -> int:
+    """main() of a re-planning experiment over the recorded choice-accuracy truths: --root (the
+    recordings, <root>/<folder>/raw/<model>.json) and --out (default <root>/<out_name>); writes
+    out/cases.csv (``rows_under(root)``, one row per case), out/summary.csv (``summary(cases)``) and
+    prints the summary."""
+    import argparse
+
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--root", type=Path, default=RESULTS / "choice_accuracy", help="the recordings: <root>/<folder>/raw/<model>.json")
+    parser.add_argument("--out", type=Path, help=f"where summary.csv and cases.csv go (default: <root>/{out_name})")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("hetcluster.planner").setLevel(logging.ERROR)   # e.g. a class's members differing, once per fit
+    if not args.root.is_dir():
+        raise SystemExit(f"--root {args.root}: no such folder")
+    cases = pd.DataFrame(rows_under(args.root))
+    table = summary(cases)
+    out = args.out or args.root / out_name
+    out.mkdir(parents=True, exist_ok=True)
+    cases.to_csv(out / "cases.csv", index=False)
+    table.to_csv(out / "summary.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False))
+    return 0

@@ -39,7 +39,6 @@ No training: it reads the recordings and re-fits the planner five times per scor
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
@@ -49,13 +48,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS, read_json  # noqa: E402
+from common import case_scopes, read_json, run_case_experiment  # noqa: E402
 from replan import recordings, repeated_truth  # noqa: E402
 from set_value import OBJECTIVES  # noqa: E402
 
 log = logging.getLogger("measurement_bound")
 
-ACCURACY = RESULTS / "choice_accuracy"
 METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
 SOURCES = ("pretraining", "solo rates", "solo runs", "solo runs and sets", "every configuration", "round o")
 PLANNED = SOURCES[:-1]
@@ -181,33 +179,13 @@ def summary(rows: Any) -> Any:
     """Exact counts against one round per source: all cases, by objective and by fleet size."""
     import pandas as pd
 
-    scopes = [("all", rows)] + [(f"{column}={value}", group) for column in ("objective", "devices")
-                                for value, group in rows.groupby(column)]
     return pd.DataFrame([{"scope": scope, "cases": len(group), "recordings": group["recording"].nunique(),
                           **{source: int(group[source].sum()) for source in SOURCES}}
-                         for scope, group in scopes])
+                         for scope, group in case_scopes(rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
-    import pandas as pd
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ACCURACY, help="the recordings: <root>/<folder>/raw/<model>.json")
-    parser.add_argument("--out", type=Path, help="where summary.csv and cases.csv go (default: <root>/measurement-bound)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("hetcluster.planner").setLevel(logging.ERROR)   # a class's members differing, per fit
-    if not args.root.is_dir():
-        raise SystemExit(f"--root {args.root}: no such folder")
-    cases = pd.DataFrame(rows_under(args.root))
-    out = args.out or args.root / "measurement-bound"
-    table = summary(cases)
-    out.mkdir(parents=True, exist_ok=True)
-    cases.to_csv(out / "cases.csv", index=False)
-    table.to_csv(out / "summary.csv", index=False)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(table.to_string(index=False))
-    return 0
+    return run_case_experiment(argv, __doc__.splitlines()[0], "measurement-bound", rows_under, summary)
 
 
 if __name__ == "__main__":

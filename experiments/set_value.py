@@ -27,8 +27,6 @@ No training: it reads the recordings and re-fits the planner on each profile (40
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,10 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS, read_json  # noqa: E402
+from common import case_scopes, read_json, run_case_experiment  # noqa: E402
 from replan import recordings, replan, repeated_truth  # noqa: E402
 
-ACCURACY = RESULTS / "choice_accuracy"
 OBJECTIVES = ("time", "power", "energy", "edp")
 POLICIES = ("none", "first 1", "first 2", "all", "adaptive")
 
@@ -123,10 +120,8 @@ def summary(rows: Any) -> Any:
     """Exact counts per policy: all cases, the separated ones, by objective and by fleet size."""
     import pandas as pd
 
-    scopes = [("all", rows)] + [(f"{column}={value}", group) for column in ("objective", "devices")
-                                for value, group in rows.groupby(column)]
     frames = []
-    for scope, group in scopes:
+    for scope, group in case_scopes(rows):
         separated = group[group["separated"]]
         record = {"scope": scope, "cases": len(group), "separated": len(separated),
                   "adaptive_added_set": int(group["adaptive_added_set"].sum())}
@@ -138,22 +133,7 @@ def summary(rows: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import pandas as pd
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ACCURACY, help="the recordings: <root>/<folder>/raw/<model>.json")
-    parser.add_argument("--out", type=Path, help="where summary.csv and cases.csv go (default: <root>/set-value)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    cases = pd.DataFrame(rows_under(args.root))
-    out = args.out or args.root / "set-value"
-    table = summary(cases)
-    out.mkdir(parents=True, exist_ok=True)
-    cases.to_csv(out / "cases.csv", index=False)
-    table.to_csv(out / "summary.csv", index=False)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(table.to_string(index=False))
-    return 0
+    return run_case_experiment(argv, __doc__.splitlines()[0], "set-value", rows_under, summary)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@ four devices of the third catalog)."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from recorded_truths import RESULTS, copy_recordings
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
@@ -18,7 +18,6 @@ sys.path.insert(0, str(EXPERIMENTS))
 import measurement_bound  # noqa: E402
 import replan  # noqa: E402
 
-RESULTS = EXPERIMENTS / "results" / "choice_accuracy"
 FOLDER, MODEL, TOTAL_STEPS = "full-x2-r2-residual-untuned3-4", "residual_l2_cnn", 600
 RECORDING = RESULTS / FOLDER / "raw" / f"{MODEL}.json"
 
@@ -30,12 +29,8 @@ def recorded() -> dict:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory) -> pd.DataFrame:
-    root = tmp_path_factory.mktemp("recordings")
-    for folder, model in ((FOLDER, MODEL), ("full-x4-r2-5dev", "small_cnn")):   # with worker rates, without
-        raw = root / folder / "raw"
-        raw.mkdir(parents=True)
-        for name in (f"{model}.json", f"{model}.setting.json"):
-            shutil.copy(RESULTS / folder / "raw" / name, raw / name)
+    root = copy_recordings(tmp_path_factory.mktemp("recordings"),
+                           ((FOLDER, MODEL), ("full-x4-r2-5dev", "small_cnn")))   # with worker rates, without
     out = root / "out"
     assert measurement_bound.main(["--root", str(root), "--out", str(out)]) == 0
     assert (out / "summary.csv").exists()

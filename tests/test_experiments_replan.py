@@ -86,14 +86,9 @@ def test_repeated_truth_is_scored_for_separation(recorded) -> None:
 
 
 def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path, caplog) -> None:
-    import shutil
+    from recorded_truths import copy_recordings
 
-    results = EXPERIMENTS / "results" / "choice_accuracy"
-    for folder, model in (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")):   # twice-trained, once-trained
-        raw = tmp_path / "root" / folder / "raw"
-        raw.mkdir(parents=True)
-        for name in (f"{model}.json", f"{model}.setting.json"):
-            shutil.copy(results / folder / "raw" / name, raw / name)
+    copy_recordings(tmp_path / "root", (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")))   # twice-, once-trained
     frames = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
     assert set(frames["choices"]["model"]) == {"full-x4-r2-5dev/small_cnn"}   # the once-trained truth is left out
     summary = frames["summary"].set_index("scope")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from recorded_truths import RESULTS, copy_recordings
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
@@ -18,7 +18,6 @@ sys.path.insert(0, str(EXPERIMENTS))
 import replan  # noqa: E402
 import set_value  # noqa: E402
 
-RESULTS = EXPERIMENTS / "results" / "choice_accuracy"
 RECORDING = RESULTS / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
 
 
@@ -28,12 +27,8 @@ def _chosen(evaluation: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory) -> pd.DataFrame:
-    root = tmp_path_factory.mktemp("recordings")
-    for folder, model in (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")):   # twice-trained, once-trained
-        raw = root / folder / "raw"
-        raw.mkdir(parents=True)
-        for name in (f"{model}.json", f"{model}.setting.json"):
-            shutil.copy(RESULTS / folder / "raw" / name, raw / name)
+    root = copy_recordings(tmp_path_factory.mktemp("recordings"),
+                           (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")))   # twice-trained, once-trained
     out = root / "out"
     assert set_value.main(["--root", str(root), "--out", str(out)]) == 0
     assert (out / "summary.csv").exists()
