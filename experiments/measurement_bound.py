@@ -4,7 +4,7 @@ measurements in place of pre-training's windows, and scored against the other ro
 Against one training of every configuration (the reference's way of scoring) the planner is right as
 often as a second training is (the rounds' agreement, docs/experiments.md), while a planner that
 knew each configuration's expected cost would be right in about 90 % of cases. Is the gap the
-pre-training windows (a calibration set measures a few tenths of a second on these short jobs) or
+pre-training windows (a calibration set measured a median 1.4 s on these short jobs) or
 the truth's own round-to-round noise? Each repeated-truth recording (raw/<model>.json of
 choice_accuracy.py) keeps every configuration's trainings, round by round, with each worker's steady
 rate, first step and the training phase's time. So for each scored round k, with o the other round,
@@ -54,7 +54,6 @@ from set_value import OBJECTIVES  # noqa: E402
 
 log = logging.getLogger("measurement_bound")
 
-METRIC = {"time": "time_s", "power": "power_w", "energy": "energy_j", "edp": "edp_js"}
 SOURCES = ("pretraining", "solo rates", "solo runs", "solo runs and sets", "every configuration", "round o")
 PLANNED = SOURCES[:-1]
 
@@ -131,8 +130,11 @@ def set_from_round(measured: Any, trained_run: dict[str, Any] | None) -> Any:
 
 
 def round_best(evaluation: dict[str, Any], round_index: int, objective: str) -> frozenset:
-    """The configuration that measured best in training round ``round_index``."""
-    metric = METRIC[objective]
+    """The configuration that measured best in training round ``round_index`` (as scoring.round_bests
+    finds it, from the recorded JSON)."""
+    from hetcluster.evaluation.scoring import OBJECTIVE_METRIC
+
+    metric = OBJECTIVE_METRIC[objective]
     return frozenset(min(evaluation["configurations"], key=lambda c: c["repeats"][round_index][metric])["devices"])
 
 
