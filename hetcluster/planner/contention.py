@@ -170,9 +170,10 @@ def _solve_waits(W: np.ndarray | None, z: np.ndarray, s: np.ndarray) -> np.ndarr
     for _ in range(30):
         _, occ, slope, _ = _occupancy_terms(W32, z32, s32, Q32)
         Q_new = np.clip(Q32 - (occ - Q32) / np.minimum(slope - 1.0, -1e-6), 0.0, Q32).astype(f32)
-        # near float32's noise floor (~1e-6); Newton converges quadratically, so the step before
-        # this one was already far below it
-        done = np.all(Q32 - Q_new <= 1e-5 * Q32 + 1e-12)
+        # Newton converges quadratically: after a step of 1e-3·Q the next would be near float32's
+        # noise floor (~1e-6), and the float64 step below squares what is left again, so stop here
+        # rather than spend an evaluation to see it
+        done = np.all(Q32 - Q_new <= 1e-3 * Q32 + 1e-12)
         Q32 = Q_new
         if done:
             break
