@@ -190,10 +190,15 @@ def run_case_experiment(argv: Sequence[str] | None, description: str, out_name: 
     parser.add_argument("--out", type=Path, help=f"where summary.csv and cases.csv go (default: <root>/{out_name})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("hetcluster.planner").setLevel(logging.ERROR)   # e.g. a class's members differing, once per fit
     if not args.root.is_dir():
         raise SystemExit(f"--root {args.root}: no such folder")
-    cases = pd.DataFrame(rows_under(args.root))
+    planner_log = logging.getLogger("hetcluster.planner")
+    level = planner_log.level
+    planner_log.setLevel(logging.ERROR)   # e.g. a class's members differing, once per fit; restored below
+    try:
+        cases = pd.DataFrame(rows_under(args.root))
+    finally:
+        planner_log.setLevel(level)
     table = summary(cases)
     out = args.out or args.root / out_name
     out.mkdir(parents=True, exist_ok=True)

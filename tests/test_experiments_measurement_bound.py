@@ -86,3 +86,9 @@ def test_every_configuration_makes_each_multi_device_training_a_set(recorded) ->
         assert run.time_s == training["time_s"]
         assert run.steps_per_s == pytest.approx(sum(training["steady_steps_per_s"].values()))
         assert run.power_w * run.time_s == pytest.approx(sum(training["energy_per_device_j"].values()))
+
+
+def test_the_planner_s_warnings_are_quiet_only_while_it_runs(cases) -> None:
+    import logging
+
+    assert logging.getLogger("hetcluster.planner").level == logging.NOTSET   # as before main() ran
