@@ -119,6 +119,24 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     assert not list(system_tmp.glob("hetcluster-run-*"))
 
 
+@shares_servers
+def test_a_run_whose_chief_port_was_taken_listens_on_a_fresh_one(shared_cluster):
+    """Shared servers keep one chief address across runs; another process that took its port in
+    between does not fail the next run (TF: "Could not start gRPC server"): the coordinator binds a
+    fresh port, and the servers accept the client's cluster with it."""
+    import socket
+
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, _ = shared_cluster
+    with socket.socket() as squatter:   # (the chief of a run before may have left it in TIME_WAIT)
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("localhost", int(addresses.chief.rpartition(":")[2])))
+        squatter.listen()
+        result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=6), addresses.subset(["a"]), timeout_s=300)
+    assert result.steps_applied == 6 and result.steps_per_worker == {"a": 6}
+
+
 def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
     from hetcluster.training.run_job import run_in_subprocess
 

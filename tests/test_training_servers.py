@@ -15,7 +15,8 @@ import pytest
 
 from hetcluster.errors import AgentError, TaskError
 from hetcluster.training import servers as servers_module
-from hetcluster.training.servers import LocalServer, address_reachable, free_port, free_ports, wait_until_serving
+from hetcluster.training.servers import (LocalServer, address_reachable, free_port, free_ports, port_bindable,
+                                         wait_until_serving)
 
 LISTEN = """
 import socket, sys, time
@@ -199,3 +200,22 @@ def test_run_on_devices_asks_which_servers_ended_before_it_stops_them(monkeypatc
     with pytest.raises(TrainingError, match=r"2 root error\(s\) found\. Servers that ended: ps:0 exited with code -9") as caught:
         coordinator.run_on_devices(Inventory(), ["a"], spec)
     assert caught.value.hint == "resume." and events == ["asked", "stopped"]
+
+
+def test_a_port_another_socket_listens_on_is_not_bindable_and_the_chief_moves_off_it() -> None:
+    import socket
+
+    from hetcluster.training.engine import with_bindable_chief
+    from hetcluster.training.spec import ClusterAddresses
+
+    *workers, ps, chief = [f"localhost:{p}" for p in free_ports(3)]
+    cluster = ClusterAddresses(workers={"a": workers[0]}, ps=[ps], chief=chief)
+    port = int(chief.rpartition(":")[2])
+    assert port_bindable(port) and with_bindable_chief(cluster) is cluster
+    with socket.socket() as squatter:
+        squatter.bind(("localhost", port))
+        squatter.listen()
+        assert not port_bindable(port)
+        moved = with_bindable_chief(cluster)
+    assert moved.chief.startswith("localhost:") and moved.chief != chief
+    assert (moved.workers, moved.ps) == (cluster.workers, cluster.ps)

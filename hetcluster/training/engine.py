@@ -33,6 +33,7 @@ process.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -45,7 +46,7 @@ from hetcluster.errors import TrainingError
 from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
-from hetcluster.training.servers import address_reachable
+from hetcluster.training.servers import address_reachable, free_port, port_bindable
 from hetcluster.training.spec import (ClusterAddresses, RunResult, TrainSpec, barrier_rounds,
                                       common_steady_steps, steps_past_warmup, warmup_count)
 
@@ -73,8 +74,24 @@ class _Stamp:
     worker_index: int
 
 
+def with_bindable_chief(cluster: ClusterAddresses) -> ClusterAddresses:
+    """``cluster``, or a copy whose chief listens on a fresh port where another process has taken
+    its port since it was picked. The chief is this process's own server: the workers and the PS
+    learn its address from the cluster the client brings, so it may change from run to run (shared
+    servers keep one chief address across a whole pre-training, minutes in which any process on
+    this host may take that port: TF then fails with "Could not start gRPC server")."""
+    host, _, port = cluster.chief.rpartition(":")
+    if port_bindable(int(port)):
+        return cluster
+    chief = f"{host}:{free_port('')}"
+    log.warning("the chief's port %s is taken on this host; this run's coordinator listens on %s", cluster.chief, chief)
+    return dataclasses.replace(cluster, chief=chief)
+
+
 def connect(cluster: ClusterAddresses) -> tuple["tf.distribute.Strategy", Any]:
-    """ParameterServerStrategy + ClusterCoordinator over ``cluster`` (this process = chief)."""
+    """ParameterServerStrategy + ClusterCoordinator over ``cluster`` (this process = chief; on a
+    fresh port if its own was taken: with_bindable_chief)."""
+    cluster = with_bindable_chief(cluster)
     unreachable = [name for name, addr in cluster.workers.items() if not address_reachable(addr)]
     unreachable += [f"ps{i}" for i, addr in enumerate(cluster.ps) if not address_reachable(addr)]
     if unreachable:

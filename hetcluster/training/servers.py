@@ -39,6 +39,18 @@ def free_ports(count: int, host: str = "localhost") -> list[int]:
         return [int(sock.getsockname()[1]) for sock in sockets]
 
 
+def port_bindable(port: int) -> bool:
+    """Whether a server could listen on ``port`` on every interface now, as TF's gRPC server binds
+    its port (False while another socket listens there; a closed one in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = "localhost") -> int:
     """A currently free TCP port on ``host`` (bind to port 0, read it, release it)."""
     return free_ports(1, host)[0]
