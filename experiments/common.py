@@ -174,7 +174,6 @@ def case_scopes(cases: Any, columns: Sequence[str] = ("objective", "devices")) -
                                for value, group in cases.groupby(column)]
 
 
-
 def run_case_experiment(argv: Sequence[str] | None, description: str, out_name: str,
                         rows_under: Any, summary: Any) -> int:
     """main() of a re-planning experiment over the recorded choice-accuracy truths: --root (the
