@@ -43,13 +43,14 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import case_scopes, read_json, run_case_experiment  # noqa: E402
 from replan import recordings, repeated_truth  # noqa: E402
+import set_value  # noqa: E402
 from set_value import OBJECTIVES  # noqa: E402
 
 log = logging.getLogger("measurement_bound")
@@ -61,12 +62,7 @@ PLANNED = SOURCES[:-1]
 def choices(devices: list, runs: list, job: Any, source: str) -> dict[str, frozenset]:
     """Each objective's chosen configuration, the planner fitted on ``source``'s inputs: a solo rate
     a whole training phase measured is not revised by the sets (solo_rates.py revises a short window)."""
-    from hetcluster.cli.cmd_evaluate import plans_by_objective
-    from hetcluster.planner import FittedModels, plan
-
-    models = FittedModels.fit(devices, runs, job, revise_rates=source == "pretraining")
-    table = plan(devices, runs, job, "edp", (), models=models).table
-    return {name: frozenset(p.chosen) for name, p in plans_by_objective(table, list(OBJECTIVES)).items()}
+    return set_value.choices(devices, runs, job, revise_rates=source == "pretraining")
 
 
 def has_worker_rates(evaluation: dict[str, Any]) -> bool:
@@ -105,17 +101,23 @@ def inputs_from_round(evaluation: dict[str, Any], total_steps: int, round_index:
     return revised, runs, job
 
 
+def member_rates(devices: Sequence[str], rates: dict[str, float], time_s: float) -> dict[str, Any]:
+    """A RunMeasurement's rate fields for members training at ``rates`` over ``time_s``: its steps,
+    aggregate rate and each member's steps (rate × time, not rounded)."""
+    per_device = {name: rates[name] * time_s for name in devices}
+    return {"steps": int(round(sum(per_device.values()))), "steps_per_s": sum(rates[name] for name in devices),
+            "per_device_steps": per_device}
+
+
 def set_from_training(devices: tuple[str, ...], run: dict[str, Any]) -> Any:
     """One training of a multi-device configuration as a calibration set's RunMeasurement: its
     members' steady rates over the training phase's time, each member's power its energy over that time."""
     from hetcluster.planner.inputs import RunMeasurement
 
-    time_s, rates = run["time_s"], run["steady_steps_per_s"]
-    per_device = {name: rates[name] * time_s for name in devices}
+    time_s = run["time_s"]
     power_w = {name: run["energy_per_device_j"][name] / time_s for name in devices}
-    return RunMeasurement(devices=devices, steps=int(round(sum(per_device.values()))), time_s=time_s,
-                          steps_per_s=sum(rates[name] for name in devices), power_w=sum(power_w.values()),
-                          per_device_steps=per_device, per_device_power_w=power_w)
+    return RunMeasurement(devices=devices, time_s=time_s, power_w=sum(power_w.values()), per_device_power_w=power_w,
+                          **member_rates(devices, run["steady_steps_per_s"], time_s))
 
 
 def set_from_round(measured: Any, trained_run: dict[str, Any] | None) -> Any:
@@ -124,9 +126,7 @@ def set_from_round(measured: Any, trained_run: dict[str, Any] | None) -> Any:
     rates = (trained_run or {}).get("steady_steps_per_s", {})
     if not all(name in rates for name in measured.devices):
         return measured
-    per_device = {name: rates[name] * measured.time_s for name in measured.devices}
-    return dataclasses.replace(measured, steps=int(round(sum(per_device.values()))),
-                               steps_per_s=sum(rates[name] for name in measured.devices), per_device_steps=per_device)
+    return dataclasses.replace(measured, **member_rates(measured.devices, rates, measured.time_s))
 
 
 def round_best(evaluation: dict[str, Any], round_index: int, objective: str) -> frozenset:

@@ -41,17 +41,18 @@ OBJECTIVES = ("time", "power", "energy", "edp")
 POLICIES = ("none", "first 1", "first 2", "all", "adaptive")
 
 
-def choices(devices: list, runs: list, job: Any) -> dict[str, frozenset]:
+def choices(devices: list, runs: list, job: Any, *, revise_rates: bool = True) -> dict[str, frozenset]:
     """Each objective's chosen configuration when the planner is fitted on ``runs`` (the sets kept)."""
-    return {name: frozenset(p.chosen) for name, p in plans(devices, runs, job).items()}
+    return {name: frozenset(p.chosen) for name, p in plans(devices, runs, job, revise_rates=revise_rates).items()}
 
 
-def plans(devices: list, runs: list, job: Any) -> dict[str, Any]:
-    """Each objective's Plan from the planner fitted on the solo measurements and ``runs``."""
+def plans(devices: list, runs: list, job: Any, *, revise_rates: bool = True) -> dict[str, Any]:
+    """Each objective's Plan from the planner fitted on the solo measurements and ``runs``
+    (revise_rates: FittedModels.fit's, the solo windows revised by the sets)."""
     from hetcluster.cli.cmd_evaluate import plans_by_objective
     from hetcluster.planner import FittedModels, plan
 
-    models = FittedModels.fit(devices, runs, job)
+    models = FittedModels.fit(devices, runs, job, revise_rates=revise_rates)
     return plans_by_objective(plan(devices, runs, job, "edp", (), models=models).table, list(OBJECTIVES))
 
 
