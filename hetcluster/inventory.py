@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 NETWORKS = ("loopback", "shaped", "real")
 
 _TOP_KEYS = {"cluster", "devices"}
-_CLUSTER_KEYS = {"name", "network", "idle_power_counts", "parameter_server_host"}
+_CLUSTER_KEYS = {"name", "network", "idle_power_counts", "parameter_server_host", "tf_plane_isolation"}
+TF_PLANE_ISOLATIONS = ("auto", "none")
 _DEVICE_KEYS = {
     "name",
     "address",
@@ -88,6 +89,9 @@ class Inventory:
     parameter_server_host: str
     devices: tuple[DeviceEntry, ...] = ()
     path: Path | None = None
+    # "none": the coordinator host's parameter servers and chief run without a namespace of their
+    # own (the operator's opt-out where the kernel allows none); "auto" everywhere else
+    tf_plane_isolation: str = "auto"
 
     def device(self, name: str) -> DeviceEntry:
         for entry in self.devices:
@@ -146,6 +150,10 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
     ps_host = _str(cluster, "parameter_server_host", "cluster", "127.0.0.1")
     if not ps_host or ps_host.count(":") == 1:
         raise ConfigError(f"cluster.parameter_server_host {ps_host!r} must be a host without a port.", hint="drop the :port.")
+    isolation = _str(cluster, "tf_plane_isolation", "cluster", "auto")
+    if isolation not in TF_PLANE_ISOLATIONS:
+        raise ConfigError(f"cluster.tf_plane_isolation {isolation!r} is not one of {', '.join(TF_PLANE_ISOLATIONS)}.",
+                          hint='use "auto"; "none" only where the coordinator host allows no namespace.')
 
     raw_devices = data.get("devices", [])
     if not isinstance(raw_devices, list) or not raw_devices:
@@ -165,6 +173,7 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
         parameter_server_host=ps_host,
         devices=tuple(devices),
         path=path,
+        tf_plane_isolation=isolation,
     )
 
 
@@ -264,6 +273,7 @@ def inventory_to_mapping(inventory: Inventory, relative_to: Path | None = None) 
             "network": inventory.network,
             "idle_power_counts": inventory.idle_power_counts,
             "parameter_server_host": inventory.parameter_server_host,
+            **({"tf_plane_isolation": inventory.tf_plane_isolation} if inventory.tf_plane_isolation != "auto" else {}),
         },
         "devices": devices,
     }

@@ -11,11 +11,16 @@ DEVICES = ("server", "jetson-nano", "rpi4")
 
 
 def write_inventory(folder: Path) -> Path:
-    """cluster.toml in ``folder`` for DEVICES (loopback addresses, a token file, 3 GiB memory each)."""
+    """cluster.toml in ``folder`` for DEVICES (loopback addresses, a token file and the training
+    plane's TLS files, 3 GiB memory each)."""
+    from hetcluster.agent.credentials import generate_credentials
+
     (folder / "token").write_text("t" * 32)
+    generate_credentials(folder / "creds")
     lines = ['[cluster]', 'name = "recorded"', 'network = "loopback"', ""]
     for port, name in enumerate(DEVICES, start=50001):
         lines += ["[[devices]]", f'name = "{name}"', f'address = "127.0.0.1:{port}"', 'token_file = "token"',
+                  'ca_file = "creds/ca.crt"', 'cert_file = "creds/client.crt"', 'key_file = "creds/client.key"',
                   "memory_budget_bytes = 3221225472", ""]
     path = folder / "cluster.toml"
     path.write_text("\n".join(lines))

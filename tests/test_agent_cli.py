@@ -33,8 +33,9 @@ def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float = 30) 
     raise AssertionError(f"{path} not written in {timeout_s} s")
 
 
-@pytest.fixture
-def agent_process(tmp_path):
+@pytest.fixture(params=[False])
+def agent_process(tmp_path, request):
+    """`agent serve` with a token and TLS; with mutual TLS where the test sets the param True."""
     import socket
 
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -49,7 +50,8 @@ def agent_process(tmp_path):
     config.write_text(
         '[agent]\nname = "cli-dev"\nlisten = "127.0.0.1:0"\nport_file = "run/addr"\nstate_dir = "state"\n'
         '[auth]\ntoken_file = "creds/token"\ncert_file = "creds/server.crt"\nkey_file = "creds/server.key"\n'
-        '[power]\nsource = "model"\nidle_w = 2.0\nbusy_w = 8.0\n'
+        + ('client_ca_file = "creds/ca.crt"\n' if request.param else '')
+        + '[power]\nsource = "model"\nidle_w = 2.0\nbusy_w = 8.0\n'
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", str(config)],
@@ -107,9 +109,11 @@ def test_cli_errors_are_one_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.tensorflow
+@pytest.mark.parametrize("agent_process", [True], indirect=True)  # TF tasks need mutual TLS
 def test_sigterm_stops_tasks_and_a_killed_agent_leaves_no_orphan(agent_process):
     process, address, creds = agent_process
-    with AgentClient(address, token_file=creds / "token", ca_file=creds / "ca.crt") as client:
+    with AgentClient(address, token_file=creds / "token", ca_file=creds / "ca.crt", cert_file=creds / "client.crt",
+                     key_file=creds / "client.key") as client:
         pid = client.start_task("worker", 0, {"worker": [client.reserve_port()]}, task_id="w").pid
         deadline = time.monotonic() + 60
         while client.task_status("w")[0].state != "running":

@@ -11,6 +11,9 @@ import pytest
 from hetcluster.agent.client import AgentClient
 from hetcluster.agent.server import AgentServer
 from hetcluster.agent.tasks import TaskSupervisor
+from hetcluster.errors import AgentError
+from hetcluster.plane.isolation import listening_ports
+from hetcluster.plane.localspec import local_ports
 from test_agent_server import RampSource, make_config  # tests/ is on sys.path (rootdir conftest)
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
@@ -33,10 +36,16 @@ def wait_for(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def mtls_client(server, creds) -> AgentClient:
+    return AgentClient(server.address, token_file=creds.token, ca_file=creds.ca_cert, cert_file=creds.client_cert,
+                       key_file=creds.client_key)
+
+
 def test_start_status_stop_a_real_tf_server(tmp_path, creds):
-    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server = AgentServer(make_config(tmp_path, creds, token=True, tls=True, mtls=True), RampSource(),
+                         probe_hardware=False).start()
     try:
-        with AgentClient(server.address, token_file=creds.token) as client:
+        with mtls_client(server, creds) as client:
             worker = client.reserve_port()
             ps = client.reserve_port()
             spec = {"worker": [worker], "ps": [ps]}
@@ -44,6 +53,13 @@ def test_start_status_stop_a_real_tf_server(tmp_path, creds):
             assert started.task_id == "w0" and started.address == worker and started.pid > 0
             assert started.state in ("starting", "running")
             running = wait_for(lambda: next((t for t in client.task_status("w0") if t.state == "running"), None), 60, "RUNNING")
+            # the server runs in a network namespace of its own, listening at its local port there;
+            # on the agent's host only the mTLS forwarding port (its address in the spec) listens
+            assert os.readlink(f"/proc/{running.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+            local_port = local_ports(spec)[worker]
+            assert local_port in listening_ports(running.pid)
+            assert local_port not in listening_ports(os.getpid())
+            assert int(worker.rsplit(":", 1)[1]) in listening_ports(os.getpid())
             assert running.rss_bytes > 10_000_000 and running.cpu_time_s > 0 and running.uptime_s > 0
             assert psutil.pid_exists(running.pid)
             assert [t.task_id for t in client.task_status()] == ["w0"]
@@ -88,9 +104,23 @@ def test_an_emulated_devices_task_joins_its_cgroups_before_it_runs(tmp_path):
     assert info.state == "failed" and "missing/cgroup.procs" in info.message
 
 
-def test_stopping_the_agent_stops_its_tasks(tmp_path, creds):
+def test_an_agent_without_mutual_tls_refuses_tf_tasks_in_one_line(tmp_path, creds):
     server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
-    with AgentClient(server.address, token_file=creds.token) as client:
+    try:
+        with AgentClient(server.address, token_file=creds.token) as client:
+            address = client.reserve_port()
+            with pytest.raises(AgentError, match="FAILED_PRECONDITION: this agent has no mutual-TLS credentials") as caught:
+                client.start_task("worker", 0, {"worker": [address]}, task_id="w0")
+            assert "\n" not in str(caught.value)
+            assert client.task_status() == []
+    finally:
+        server.stop()
+
+
+def test_stopping_the_agent_stops_its_tasks(tmp_path, creds):
+    server = AgentServer(make_config(tmp_path, creds, token=True, tls=True, mtls=True), RampSource(),
+                         probe_hardware=False).start()
+    with mtls_client(server, creds) as client:
         address = client.reserve_port()
         pid = client.start_task("ps", 0, {"ps": [address]}, task_id="ps0").pid
         wait_for(lambda: client.task_status("ps0")[0].state == "running", 60, "RUNNING")

@@ -36,18 +36,22 @@ def running_fleet(tmp_path, devices_spec, extra=()):
     from hetcluster.inventory import inventory_from_mapping
 
     creds = generate_credentials(tmp_path / "creds")
+    client_files = {"token_file": str(creds.token), "ca_file": str(creds.ca_cert), "cert_file": str(creds.client_cert),
+                    "key_file": str(creds.client_key)}
     servers, devices = [], []
     for name, idle_w, busy_w, device_class in devices_spec:
         config = AgentConfig.from_mapping({"agent": {"name": name, "listen": "127.0.0.1:0",
                                                      "state_dir": str(tmp_path / name)},
-                                            "auth": {"token_file": str(creds.token)}}, tmp_path)
+                                            "auth": {"token_file": str(creds.token), "cert_file": str(creds.server_cert),
+                                                     "key_file": str(creds.server_key),
+                                                     "client_ca_file": str(creds.ca_cert)}}, tmp_path)
         source = TaskAwareSource(idle_w, busy_w)
         server = AgentServer(config, source, probe_hardware=False).start()
         source.state = server.state
         servers.append(server)
-        devices.append({"name": name, "address": server.address, "token_file": str(creds.token),
+        devices.append({"name": name, "address": server.address, **client_files,
                         **({"device_class": device_class} if device_class else {})})
-    devices += [{**entry, "token_file": str(creds.token)} for entry in extra]
+    devices += [{**entry, **client_files} for entry in extra]
     inventory = inventory_from_mapping({"cluster": {"name": "t", "network": "loopback",
                                                     "parameter_server_host": "127.0.0.1"},
                                         "devices": devices}, tmp_path)

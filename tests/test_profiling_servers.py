@@ -14,6 +14,7 @@ from hetcluster.training.spec import ClusterAddresses
 
 class _Inventory:
     parameter_server_host = "127.0.0.1"
+    tf_plane_isolation = "auto"
 
     def device(self, name):
         return name
@@ -150,6 +151,9 @@ def test_the_opening_runs_steps_do_not_shrink_the_sets_share_of_the_budget(monke
     """Budget 300 steps: the opening run takes its 75 (a set's share: 300 over 4), and the sets
     still share what the budget leaves past the solo runs, as they would without it."""
     import hetcluster.profiling.pretrain as pretrain
+    import hetcluster.training.plane as plane
+
+    monkeypatch.setattr(plane, "check_training_plane", lambda devices, isolation: "netns")  # no agents, no TLS files
 
     class _Recorder:
         samples: list = []

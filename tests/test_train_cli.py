@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+from hetcluster.agent.credentials import generate_credentials
 from hetcluster.training.servers import free_address
 
 
@@ -21,10 +22,12 @@ parameter_server_host = "127.0.0.1"
 [[devices]]
 name = "ghost"
 address = "{free_address('127.0.0.1')}"
-token_file = "token"
+token_file = "creds/token"
+ca_file = "creds/ca.crt"
+cert_file = "creds/client.crt"
+key_file = "creds/client.key"
 """)
-    (tmp_path / "token").write_text("t" * 32)
-    (tmp_path / "token").chmod(0o600)
+    generate_credentials(tmp_path / "creds")
     return path
 
 

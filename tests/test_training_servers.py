@@ -79,7 +79,7 @@ def test_start_local_servers_starts_every_server_before_waiting(monkeypatch):
     # each stand-in takes 2.5 s to serve, like a TF import: side by side about 2.5 s, one after another 5+
     ports = iter(free_ports(2, "127.0.0.1"))
     monkeypatch.setattr(servers_module, "spawn_local_server",
-                        lambda spec, job, index: _server(job, index, LISTEN, str(next(ports)), "2.5"))
+                        lambda spec, job, index, plane=None: _server(job, index, LISTEN, str(next(ports)), "2.5"))
     t0 = time.monotonic()
     started = servers_module.start_local_servers({}, [("ps", 0), ("worker", 0)], timeout_s=30)
     try:
@@ -187,6 +187,7 @@ def test_run_on_devices_asks_which_servers_ended_before_it_stops_them(monkeypatc
     class Inventory:
         devices: list = []
         parameter_server_host = "127.0.0.1"
+        tf_plane_isolation = "auto"
 
         def device(self, name):
             return Device()

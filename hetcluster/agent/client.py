@@ -68,9 +68,12 @@ class AgentClient:
     def _error(self, error: grpc.RpcError, what: str) -> AgentError:
         code = error.code() if hasattr(error, "code") else None
         details = error.details() if hasattr(error, "details") else str(error)
-        hint = _HINTS.get(code, "see the agent's log.").format(address=self.address)
+        hint: str | None = _HINTS.get(code, "see the agent's log.").format(address=self.address)
         if code == grpc.StatusCode.UNAVAILABLE and not self._tls:
-            hint += " If the agent uses TLS, pass the CA that signed its certificate (ca_file / --ca-file)."
+            hint = f"{hint} If the agent uses TLS, pass the CA that signed its certificate (ca_file / --ca-file)."
+        details = str(details or "").rstrip(".")
+        if "To fix:" in details:  # the agent's own error already says how
+            hint = None
         result = AgentError(f"{what} on agent {self.address} failed: {code.name if code else 'error'}: {details}.", hint=hint)
         result.status_code = code  # type: ignore[attr-defined]
         return result
@@ -105,14 +108,24 @@ class AgentClient:
     def reserve_port(self, ttl_s: float = 0.0) -> str:
         return self._unary(self._stub.ReservePort, agent_pb2.ReservePortRequest(ttl_s=ttl_s), "ReservePort").address
 
-    def start_task(self, job_name: str, task_index: int, cluster_spec: dict[str, list[str]], task_id: str = "") -> TaskInfo:
+    def start_task(self, job_name: str, task_index: int, cluster_spec: dict[str, list[str]], task_id: str = "",
+                   *, lease_s: float = 0.0, open_plane: bool = False) -> TaskInfo:
+        """Start a TF server task; ``cluster_spec`` holds each task's training-plane address.
+        Renew its lease (``lease_s``, 0 = the agent's default) with renew_task_leases."""
         request = agent_pb2.StartTaskRequest(
             task_id=task_id,
             job_name=job_name,
             task_index=task_index,
             cluster_spec={job: agent_pb2.JobAddresses(addresses=list(addrs)) for job, addrs in cluster_spec.items()},
+            lease_s=lease_s,
+            open_plane=open_plane,
         )
         return TaskInfo.from_proto(self._unary(self._stub.StartTask, request, f"StartTask {job_name}:{task_index}").task)
+
+    def renew_task_leases(self, task_ids: list[str], lease_s: float = 0.0) -> list[str]:
+        """Extend the leases of ``task_ids``; returns those the agent no longer runs."""
+        request = agent_pb2.RenewTaskLeasesRequest(task_ids=task_ids, lease_s=lease_s)
+        return list(self._unary(self._stub.RenewTaskLeases, request, "RenewTaskLeases").gone_task_ids)
 
     def stop_task(self, task_id: str, grace_s: float = 5.0) -> TaskInfo:
         request = agent_pb2.StopTaskRequest(task_id=task_id, grace_s=grace_s)

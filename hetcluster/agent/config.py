@@ -21,6 +21,9 @@ config file. The ``[power]`` table is kept as a raw mapping and parsed by
     client_ca_file = "ca.crt"       # mTLS: clients must present a cert signed by this CA
     [power]
     source = "auto"
+    [tf_plane]
+    isolation = "auto"              # auto: each TF server in a namespace of its own; "none": the operator's opt-out
+    allow_open = false              # developer switch: let a coordinator ask for an open TF plane (tests, benchmarks)
     [emulation]
     compute_share = 0.25
     cgroup_dir = "/sys/fs/cgroup/..."     # the device's CPU accounting (the power model reads it)
@@ -32,6 +35,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 import tomllib
 from dataclasses import dataclass, field
@@ -48,7 +52,9 @@ DEVICE_KINDS = ("auto", "cpu", "unified", "discrete-gpu")
 _AGENT_KEYS = {"name", "listen", "port_file", "device_kind", "memory_budget_bytes", "tf_host", "state_dir"}
 _AUTH_KEYS = {"token_file", "cert_file", "key_file", "client_ca_file"}
 _EMULATION_KEYS = {"compute_share", "cgroup_dir", "task_cgroup_procs"}
-_TABLES = {"agent", "auth", "power", "emulation"}
+_TF_PLANE_KEYS = {"isolation", "allow_open"}
+TF_PLANE_ISOLATIONS = ("auto", "none")
+_TABLES = {"agent", "auth", "power", "emulation", "tf_plane"}
 
 
 def split_host_port(address: str, *, what: str = "address", port_zero_hint: str = "") -> tuple[str, int]:
@@ -64,6 +70,9 @@ def split_host_port(address: str, *, what: str = "address", port_zero_hint: str 
         host, sep, port_text = text.rpartition(":")
         if not sep or not host or ":" in host:
             raise ConfigError(f"{what} {address!r} is not host:port.", hint='write it as "10.0.0.5:50051".')
+    if not valid_host(host):
+        raise ConfigError(f"{what} {address!r} has an invalid host {host!r}.",
+                          hint="use an IP address or a host name of letters, digits, '-' and '.'.")
     try:
         port = int(port_text)
     except ValueError:
@@ -73,6 +82,21 @@ def split_host_port(address: str, *, what: str = "address", port_zero_hint: str 
     if port == 0 and port_zero_hint:
         raise ConfigError(f"{what} {address!r} has port 0.", hint=port_zero_hint)
     return host, port
+
+
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def valid_host(host: str) -> bool:
+    """An IP literal, or a host name whose dot-separated labels are letters, digits, '-' (not at
+    an end) and '_' (seen in real host names), at most 253 characters."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    return 0 < len(host) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -99,6 +123,18 @@ class AuthConfig:
 
 
 @dataclass(frozen=True)
+class TfPlaneConfig:
+    """How the agent guards the TF servers it starts (hetcluster.plane). ``isolation`` "auto"
+    gives each a network namespace of its own and refuses tasks where the kernel allows none;
+    "none" is the operator's explicit opt-out (the servers' ports are then reachable from the
+    network). ``allow_open``: a developer switch that lets a coordinator ask for TF servers with
+    no namespace and no TLS at all; never on by default."""
+
+    isolation: str = "auto"
+    allow_open: bool = False
+
+
+@dataclass(frozen=True)
 class EmulationConfig:
     """Set only for emulated devices: the CPU share the emulator grants this agent's tasks, the
     cgroup whose CPU time the power model reads, and the ``cgroup.procs`` files each TF server
@@ -122,6 +158,7 @@ class AgentConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     power: Mapping[str, Any] = field(default_factory=dict)
     emulation: EmulationConfig | None = None
+    tf_plane: TfPlaneConfig = field(default_factory=TfPlaneConfig)
     source_path: Path | None = None
 
     @property
@@ -203,6 +240,16 @@ class AgentConfig:
                 hint="run `hetcluster agent credentials --out DIR` and point [auth] at the files.",
             )
 
+        plane_table = _table(data, "tf_plane")
+        _reject_unknown(plane_table.keys(), _TF_PLANE_KEYS, "key in [tf_plane]")
+        isolation = _string(plane_table, "isolation", "tf_plane", "auto")
+        if isolation not in TF_PLANE_ISOLATIONS:
+            raise ConfigError(f"tf_plane.isolation {isolation!r} is not one of {', '.join(TF_PLANE_ISOLATIONS)}.",
+                              hint='use "auto"; "none" only where the kernel allows no namespace.')
+        allow_open = plane_table.get("allow_open", False)
+        if not isinstance(allow_open, bool):
+            raise ConfigError(f"tf_plane.allow_open must be true or false, got {allow_open!r}.", hint="write false.")
+
         power = _table(data, "power")
         emulation = None
         if "emulation" in data:
@@ -232,6 +279,7 @@ class AgentConfig:
             auth=auth,
             power=dict(power),
             emulation=emulation,
+            tf_plane=TfPlaneConfig(isolation=isolation, allow_open=allow_open),
             source_path=source_path,
         )
         config.power_config()  # validates [power] with the power room's own rules

@@ -101,7 +101,7 @@ def generate_credentials(
         .sign(ca_key, hashes.SHA256())
     )
 
-    def leaf(common_name: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> tuple[object, object]:
+    def leaf(common_name: str, usages: list[x509.ObjectIdentifier], sans: list[x509.GeneralName]) -> tuple[object, object]:
         key = new_key()
         builder = (
             x509.CertificateBuilder()
@@ -113,7 +113,7 @@ def generate_credentials(
             .not_valid_after(until)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         )
         if sans:
@@ -126,8 +126,11 @@ def generate_credentials(
             sans.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             sans.append(x509.DNSName(host))
-    server_key, server_cert = leaf(host_list[0], ExtendedKeyUsageOID.SERVER_AUTH, sans)
-    client_key, client_cert = leaf(client_name, ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    # Both usages on both: on the training plane every host serves its own tasks over mTLS and
+    # connects to the others' (hetcluster.plane.tls); the agent's gRPC port checks only the CA.
+    both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    server_key, server_cert = leaf(host_list[0], both, sans)
+    client_key, client_cert = leaf(client_name, both, [])
 
     def pem_key(key: ec.EllipticCurvePrivateKey) -> str:
         return key.private_bytes(

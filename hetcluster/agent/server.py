@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -18,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from hetcluster.agent import auth
-from hetcluster.agent.config import AgentConfig, join_host_port
+from hetcluster.agent.config import AgentConfig, join_host_port, split_host_port
 from hetcluster.fileio import write_text_atomic
 from hetcluster.agent.deviceinfo import collect_device_info
 from hetcluster.agent.notify import Notifier
@@ -31,10 +32,9 @@ from hetcluster.proto.v1 import agent_pb2_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "hetcluster.v1.Agent"
-# Fewer concurrent RPCs than threads: long power streams can never starve health checks and
-# task control; calls beyond the limit fail at once with RESOURCE_EXHAUSTED instead of queueing.
-MAX_WORKERS = 40
-MAX_CONCURRENT_RPCS = 32
+# Threads for every call; long power streams are capped well below it (AgentState.streams), so
+# health checks and task control always find a thread, whatever the streams do.
+MAX_WORKERS = 48
 
 
 def open_configured_power_source(config: AgentConfig) -> PowerSource:
@@ -61,11 +61,17 @@ class AgentServer:
         source = power_source if power_source is not None else open_configured_power_source(config)
         info = collect_device_info(config, source.name, root=root, probe_hardware=probe_hardware)
         self.state = AgentState(config, source, info)
+        try:
+            _check_port_free(config.listen)
+        except AgentError:
+            self.state.close()
+            raise
         self._health = health.HealthServicer()
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="agent-rpc"),
             interceptors=[interceptor],
-            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+            # a second process must not share the port (SO_REUSEPORT would split the calls between them)
+            options=[("grpc.so_reuseport", 0)],
         )
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.state), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -132,6 +138,25 @@ class AgentServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_port_free(listen: str) -> None:
+    """Refuse a port another process listens on, before gRPC tries (and logs its own failure)."""
+    host, port = split_host_port(listen, what="agent.listen")
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise AgentError(f"cannot listen on {listen}: {error.strerror}.", hint="use an address of this host in agent.listen.") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise AgentError(f"cannot listen on {listen}: {error.strerror} (another agent?).",
+                             hint="pick a free port or another address in agent.listen (or stop the other process).") from None
 
 
 def serve(config: AgentConfig, power_source: PowerSource | None = None) -> None:

@@ -6,6 +6,7 @@ Nothing else happens here (STYLE.md §10): validation and work live in handlers.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, Iterator, NoReturn
 
 import grpc
@@ -13,6 +14,8 @@ import grpc
 from hetcluster.agent import handlers
 from hetcluster.agent.messages import sample_to_proto
 from hetcluster.agent.state import AgentState
+from hetcluster.agent.plane import PlaneUnavailable
+from hetcluster.agent.ports import TooManyReservations
 from hetcluster.agent.tasks import TaskNotFound
 from hetcluster.errors import HetclusterError, PowerSourceError, TaskError
 from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
@@ -21,7 +24,10 @@ log = logging.getLogger(__name__)
 
 _CODES: tuple[tuple[type[HetclusterError], grpc.StatusCode], ...] = (
     (handlers.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (handlers.TooManyStreams, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (TooManyReservations, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (TaskNotFound, grpc.StatusCode.NOT_FOUND),
+    (PlaneUnavailable, grpc.StatusCode.FAILED_PRECONDITION),
     (TaskError, grpc.StatusCode.FAILED_PRECONDITION),
     (PowerSourceError, grpc.StatusCode.UNAVAILABLE),
 )
@@ -51,7 +57,9 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return self._call("GetDeviceInfo", context, lambda: handlers.get_device_info(request, self._state).to_proto())
 
     def StreamPower(self, request: agent_pb2.StreamPowerRequest, context: grpc.ServicerContext) -> Iterator[agent_pb2.StreamPowerResponse]:
-        samples = handlers.stream_power(request, self._state, context.is_active)
+        ended = threading.Event()
+        context.add_callback(ended.set)   # cancelled, deadline passed, or the client went away
+        samples = handlers.stream_power(request, self._state, ended, caller_host(context))
         while True:
             try:
                 sample = next(samples)
@@ -62,10 +70,15 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             yield sample_to_proto(sample)
 
     def ReservePort(self, request: agent_pb2.ReservePortRequest, context: grpc.ServicerContext) -> agent_pb2.ReservePortResponse:
-        return self._call("ReservePort", context, lambda: agent_pb2.ReservePortResponse(address=handlers.reserve_port(request, self._state)))
+        return self._call("ReservePort", context, lambda: agent_pb2.ReservePortResponse(
+            address=handlers.reserve_port(request, self._state, caller_host(context))))
 
     def StartTask(self, request: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.StartTaskResponse:
         return self._call("StartTask", context, lambda: agent_pb2.StartTaskResponse(task=handlers.start_task(request, self._state).to_proto()))
+
+    def RenewTaskLeases(self, request: agent_pb2.RenewTaskLeasesRequest, context: grpc.ServicerContext) -> agent_pb2.RenewTaskLeasesResponse:
+        return self._call("RenewTaskLeases", context, lambda: agent_pb2.RenewTaskLeasesResponse(
+            gone_task_ids=handlers.renew_task_leases(request, self._state)))
 
     def StopTask(self, request: agent_pb2.StopTaskRequest, context: grpc.ServicerContext) -> agent_pb2.StopTaskResponse:
         return self._call("StopTask", context, lambda: agent_pb2.StopTaskResponse(task=handlers.stop_task(request, self._state).to_proto()))
@@ -75,3 +88,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             "GetTaskStatus", context,
             lambda: agent_pb2.GetTaskStatusResponse(tasks=[t.to_proto() for t in handlers.get_task_status(request, self._state)]),
         )
+
+
+def caller_host(context: grpc.ServicerContext) -> str:
+    """The peer's host ("ipv4:10.0.0.5:41234" -> "10.0.0.5"): limits count per host, not per connection."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rpartition(":")[0].strip("[]") or rest
+    return peer

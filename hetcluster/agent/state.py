@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hetcluster.agent.config import AgentConfig
 from hetcluster.agent.messages import DeviceInfo
+from hetcluster.agent.plane import AgentPlane
 from hetcluster.agent.ports import PortReservations
 from hetcluster.agent.tasks import TaskSupervisor
 from hetcluster.power.base import PowerSample, PowerSource
@@ -38,6 +39,8 @@ class AgentState:
         cgroup_procs = config.emulation.task_cgroup_procs if config.emulation is not None else ()
         self.tasks = TaskSupervisor(self.state_dir, tf_threads=threads, cgroup_procs=cgroup_procs)
         self.ports = PortReservations(advertised_host=config.task_host())
+        self.plane = AgentPlane(config)
+        self.streams = StreamSlots()
         self.stopping = threading.Event()
         self._power_lock = threading.Lock()
         self._last_sample: PowerSample | None = None
@@ -59,12 +62,38 @@ class AgentState:
         self.stopping.set()
         self.tasks.stop_all(grace_s)
         self.ports.close()
+        self.plane.close()
         if self._temporary_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         try:
             self.power_source.close()
         except Exception:  # closing must not keep the agent from exiting
             log.exception("closing power source %s", self.power_source.name)
+
+
+class StreamSlots:
+    """Power streams are long calls: at most ``total`` at once, ``per_caller`` from one peer host,
+    so streams never take the threads that health checks and task control need."""
+
+    def __init__(self, total: int = 16, per_caller: int = 8) -> None:
+        self.total, self.per_caller = total, per_caller
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, caller: str) -> bool:
+        with self._lock:
+            if sum(self._held.values()) >= self.total or self._held.get(caller, 0) >= self.per_caller:
+                return False
+            self._held[caller] = self._held.get(caller, 0) + 1
+            return True
+
+    def release(self, caller: str) -> None:
+        with self._lock:
+            left = self._held.get(caller, 0) - 1
+            if left > 0:
+                self._held[caller] = left
+            else:
+                self._held.pop(caller, None)
 
 
 def _slug(name: str) -> str:

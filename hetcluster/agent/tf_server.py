@@ -2,8 +2,10 @@
 
 The agent starts this with a cluster spec, a job name and an index. It runs no code sent over the
 network: models travel only inside TensorFlow's own runtime (the coordinator traces functions,
-workers execute graphs). A small thread exits the process when the agent that started it is
-gone, so a killed agent leaves no orphan servers holding ports.
+workers execute graphs). With ``--plane-fd`` (always, unless a developer opened the plane) it
+first leaves the host's network for a namespace of its own (hetcluster.plane) and serves its
+parent sockets there; its cluster spec then names local endpoints only. It exits when the
+process that started it is gone, so a killed agent leaves no orphan servers.
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", default="grpc")
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF default)")
+    parser.add_argument("--plane-fd", type=int, default=-1, help="control socket of the training plane")
+    parser.add_argument("--isolation", default="netns", help="netns, or none (the operator's explicit opt-out)")
     args = parser.parse_args(argv)
+    routed = None
+    if args.plane_fd >= 0:  # before any thread starts: a namespace holds only for later threads
+        from hetcluster.plane.isolation import enter_plane
+
+        routed = enter_plane(args.plane_fd, args.isolation)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
     prepare_tf_env()
@@ -58,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    if routed is not None:
+        routed.wait()
     server = tf.distribute.Server(
         tf.train.ClusterSpec(spec), job_name=args.job, task_index=args.index, protocol=args.protocol, start=True
     )

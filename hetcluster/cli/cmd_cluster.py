@@ -31,6 +31,9 @@ def up(
     name: str = typer.Option("emulated", "--name", help="Cluster name (cgroup and namespace names)."),
     slowdown: str = typer.Option("auto", "--slowdown", help="auto (cgroup if writable, else duty cycle), cgroup or dutycycle."),
     timeout_s: float = typer.Option(120.0, "--timeout-s", help="How long to wait for every agent to be healthy."),
+    dev_allow_open_plane: bool = typer.Option(False, "--dev-allow-open-plane", hidden=True,
+                                              help="Developer switch: agents accept a request for an open TF plane "
+                                                   "(tests and benchmarks compare against it)."),
 ) -> None:
     """Start one agent per device, slowed to its compute share, and write the inventory."""
     from hetcluster.emulation.catalog import load_catalog
@@ -39,7 +42,7 @@ def up(
     names = [n.strip() for n in devices.split(",") if n.strip()]
     profiles = load_catalog(catalog).select(names)
     inventory = cluster_up(profiles, out, name=name, network=network, state_dir=state_dir, slowdown=slowdown,
-                           health_timeout_s=timeout_s)
+                           health_timeout_s=timeout_s, allow_open_plane=dev_allow_open_plane)
     typer.echo(f"cluster {inventory.name!r} up: {len(inventory.devices)} devices ({inventory.network}); inventory {out}")
     for device in inventory.devices:
         typer.echo(f"  {device.name:<16} {device.address}")

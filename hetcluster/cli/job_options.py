@@ -113,12 +113,18 @@ def check_objective(objective: str) -> str:
 
 def load_fleet(inventory: Path, agents_needed: bool = True):
     """The inventory; ``agents_needed=False`` (planning from a profile) does not require its
-    credential files to be readable: a fleet that is down can still be re-planned for."""
+    credential files to be readable: a fleet that is down can still be re-planned for. With
+    agents needed, the training plane's credentials and this host's isolation are checked too,
+    before any server starts."""
     from hetcluster.inventory import load_inventory
+    from hetcluster.training.plane import check_training_plane
 
     if not inventory.exists():
         raise ConfigError(f"No inventory at {inventory}.", hint="start a fleet with `hetcluster cluster up --out cluster.toml` or pass --inventory.")
-    return load_inventory(inventory, check_credentials=agents_needed)
+    fleet = load_inventory(inventory, check_credentials=agents_needed)
+    if agents_needed:
+        check_training_plane(fleet.devices, fleet.tf_plane_isolation)
+    return fleet
 
 
 def constraints(deadline: float | None, max_power: float | None, max_energy: float | None,

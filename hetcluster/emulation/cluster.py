@@ -59,8 +59,10 @@ def cluster_up(
     slowdown: str = "auto",
     health_timeout_s: float = 120.0,
     cgroup_root: Path = Path("/"),
+    allow_open_plane: bool = False,
 ) -> Inventory:
-    """Start the fleet and write its inventory; on any failure stop everything it started."""
+    """Start the fleet and write its inventory; on any failure stop everything it started.
+    ``allow_open_plane`` is the developer switch of the agents' [tf_plane] allow_open."""
     if not _NAME_RE.match(name):
         raise EmulationError(f"cluster name {name!r} is not 1-24 lower-case letters, digits or '-'.", hint="e.g. --name emulated.")
     if network not in NETWORK_MODES:
@@ -97,7 +99,7 @@ def cluster_up(
     state_dir.mkdir(parents=True, exist_ok=True)
     state.save()
     try:
-        return _start(state, profiles, cgroups, health_timeout_s)
+        return _start(state, profiles, cgroups, health_timeout_s, allow_open_plane)
     except BaseException:
         log.warning("cluster up failed; stopping what it started")
         report = _teardown(state)
@@ -115,7 +117,8 @@ def _choose_slowdown(slowdown: str, root: Path) -> Cgroups | None:
     return cgroups
 
 
-def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups | None, health_timeout_s: float) -> Inventory:
+def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups | None, health_timeout_s: float,
+           allow_open_plane: bool = False) -> Inventory:
     from hetcluster.agent.credentials import generate_credentials
 
     state_dir = Path(state.state_dir)
@@ -158,7 +161,7 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
             from hetcluster.emulation.netns import exec_prefix
 
             prefix, sys_visible = exec_prefix(shaped.link(profile.name).netns)
-        _write_agent_config(device, profile, host, creds, group if sys_visible else None)
+        _write_agent_config(device, profile, host, creds, group if sys_visible else None, allow_open_plane)
         # an agent that cannot see /sys/fs/cgroup (`ip netns exec`) cannot put its TF servers into
         # the device's cgroups: it then runs inside them itself, and its servers inherit them
         process = _launch_agent(device, None if sys_visible else group, prefix)
@@ -199,7 +202,8 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
     return inventory
 
 
-def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, creds: Any, group: DeviceCgroup | None) -> None:
+def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, creds: Any, group: DeviceCgroup | None,
+                        allow_open_plane: bool = False) -> None:
     from hetcluster.agent.config import write_config
 
     device_dir = Path(device.config_path).parent
@@ -226,6 +230,7 @@ def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, 
             },
             "power": {"source": "emulated", "idle_w": profile.idle_w, "busy_w": profile.busy_w},
             "emulation": emulation,
+            **({"tf_plane": {"allow_open": True}} if allow_open_plane else {}),
         },
         device.config_path,
     )

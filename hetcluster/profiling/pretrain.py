@@ -295,7 +295,8 @@ class _Phase:
             try:
                 self.cluster = launch_cluster([self.inventory.device(n) for n in names],
                                               self.inventory.parameter_server_host,
-                                              ready_timeout_s=self.settings.ready_timeout_s)
+                                              ready_timeout_s=self.settings.ready_timeout_s,
+                                              isolation=self.inventory.tf_plane_isolation)
             except DeviceLaunchError as error:
                 if len(names) < 2 or error.device not in names:
                     raise
@@ -343,7 +344,7 @@ class _Phase:
                                f"({self.excluded.get(missing[0], 'not launched')}).")
         try:
             result = run_in_subprocess(
-                spec, cluster.addresses.subset(names), timeout_s=settings.run_timeout_s,
+                spec, cluster.addresses.subset(names), timeout_s=settings.run_timeout_s, plane=cluster.plane,
                 on_progress=lambda done, to_do, el: self.on_event(
                     "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
         except HetclusterError:
@@ -572,7 +573,11 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
     out-of-memory error; None runs everything plain. Raises ProfileError when no device could be
     measured.
     """
+    from hetcluster.training.plane import check_training_plane
+
     settings = settings or PretrainSettings()
+    check_training_plane([inventory.device(n) for n in (device_names or inventory.names)],
+                         inventory.tf_plane_isolation)
     phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event, memory)
     phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
     start_steps = phase.steps_total

@@ -156,7 +156,7 @@ def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
         try:
             # the training process starts beside the servers and connects once they are ready
             with launch_cluster(entries, inventory.parameter_server_host, ready_timeout_s=ready_timeout_s,
-                                wait=False) as launched:
+                                wait=False, isolation=inventory.tf_plane_isolation) as launched:
                 if on_launched is not None:
                     on_launched(launched)
 
@@ -197,7 +197,8 @@ def train_on(launched: Any, chosen: Sequence[str], spec: TrainSpec, meter: Power
             on_progress(done, to_do, elapsed_s, meter.live_power_w(chosen))
 
     return run_in_subprocess(spec, launched.addresses, on_progress=progress, stop_event=stop_event,
-                             round_steps=round_steps, timeout_s=run_timeout_s, log_path=log_path, ready=ready)
+                             round_steps=round_steps, timeout_s=run_timeout_s, log_path=log_path, ready=ready,
+                             plane=launched.plane)
 
 
 @dataclass

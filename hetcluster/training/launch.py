@@ -1,9 +1,11 @@
 """Bring up the TF servers of one run: a worker on each chosen device (via its agent) and the PS.
 
 Order matters: every address must be in the cluster spec before any server starts, so ports are
-reserved on the agents first (they hold the port until StartTask), the parameter server and chief
-ports are picked on the coordinator host, then the PS starts locally and each agent starts its
-worker. The PS is not waited for before the workers start: every server imports TensorFlow first
+reserved on the agents first (they hold the port until StartTask, which makes it the worker's
+mTLS forwarding port), the parameter server and chief ports are bound on the coordinator host
+(``CoordinatorPlane``), then the PS starts locally and each agent starts its worker, each in a
+namespace of its own on the training plane. Every worker holds a lease that ``LaunchedCluster``
+renews while it lives; a coordinator that dies stops renewing, and the agents stop its workers. The PS is not waited for before the workers start: every server imports TensorFlow first
 (seconds; tens of seconds on a slow board), so they all start side by side and the launch waits
 once (``LaunchedCluster.wait_ready``); with ``wait=False`` the caller starts the training process
 too before that wait. ``LaunchedCluster.stop()`` undoes all of it; it is also the context-manager exit.
@@ -12,17 +14,22 @@ too before that wait. ``LaunchedCluster.stop()`` undoes all of it; it is also th
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hetcluster.errors import AgentError, TaskError
-from hetcluster.training.servers import (LocalServer, address_reachable, free_ports, one_line_tail,
-                                         spawn_parameter_servers, wait_until_serving)
+from hetcluster.training.plane import CoordinatorPlane
+from hetcluster.training.servers import LocalServer, one_line_tail, spawn_parameter_servers, wait_until_serving
 from hetcluster.training.spec import ClusterAddresses
 
 log = logging.getLogger(__name__)
+
+# A worker whose coordinator is gone stops within this (agents stop tasks whose lease lapsed);
+# renewed three times per lease, so one lost renewal never stops a live job.
+LEASE_S = 15.0
 
 
 class DeviceLaunchError(TaskError):
@@ -43,6 +50,26 @@ class LaunchedCluster:
     clients: dict[str, Any] = field(repr=False)
     ready_timeout_s: float = 120.0
     started_s: float = field(default_factory=time.monotonic)  # when the servers were asked to start
+    plane: CoordinatorPlane = field(default_factory=lambda: CoordinatorPlane(None), repr=False)
+    lease_s: float = LEASE_S
+    _renewing: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def keep_leases(self) -> None:
+        """Renew every worker's lease from a daemon thread until stop()."""
+        threading.Thread(target=self._renew, name="lease-renewal", daemon=True).start()
+
+    def _renew(self) -> None:
+        gone_before: set[str] = set()
+        while not self._renewing.wait(self.lease_s / 3.0):
+            for name, task_id in list(self.task_ids.items()):
+                try:
+                    gone = self.clients[name].renew_task_leases([task_id], self.lease_s)
+                except AgentError as error:
+                    log.debug("renewing the lease of the worker on %s: %s", name, error)
+                    continue
+                if gone and name not in gone_before:
+                    log.warning("the worker on %s no longer runs (its agent reports it gone)", name)
+                    gone_before.add(name)
 
     def wait_ready(self) -> None:
         """Block until every worker port accepts connections and every PS serves, at most
@@ -77,6 +104,7 @@ class LaunchedCluster:
 
     def stop(self) -> dict[str, str]:
         """Stop every worker task and PS; return ``{device: error}`` for stops that failed."""
+        self._renewing.set()
         failures: dict[str, str] = {}
         for name, task_id in self.task_ids.items():
             try:
@@ -88,6 +116,7 @@ class LaunchedCluster:
             server.stop()
         for client in self.clients.values():
             client.close()
+        self.plane.close()
         self.task_ids, self.ps_servers = {}, []
         return failures
 
@@ -99,15 +128,27 @@ class LaunchedCluster:
 
 
 def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
-                   client_timeout_s: float = 10.0, wait: bool = True) -> LaunchedCluster:
+                   client_timeout_s: float = 10.0, wait: bool = True, isolation: str = "auto",
+                   open_plane: bool | None = None, lease_s: float = LEASE_S) -> LaunchedCluster:
     """Start a worker on each inventory ``DeviceEntry`` in ``devices`` and ``num_ps`` local PS.
 
-    The coordinator (chief) and PS listen on ``ps_host``, which must be this machine as the
+    The coordinator (chief) and PS are reached at ``ps_host``, which must be this machine as the
     devices see it. Raises DeviceLaunchError naming the first device that failed (everything
     started so far is stopped again). With ``wait=False`` it returns once every server was asked
     to start, and the caller calls ``wait_ready()`` (run_job.run_in_subprocess(ready=...) does,
-    while the training process imports TensorFlow).
+    while the training process imports TensorFlow). ``isolation`` is the inventory's
+    ``tf_plane_isolation``; ``open_plane`` the developer-only switch (CoordinatorPlane).
     """
+    plane = CoordinatorPlane.for_devices(devices, ps_host, open_plane=open_plane, isolation=isolation)
+    try:
+        return _launch(devices, plane, num_ps, ready_timeout_s, client_timeout_s, wait, lease_s)
+    except BaseException:
+        plane.close()
+        raise
+
+
+def _launch(devices: Sequence[Any], plane: CoordinatorPlane, num_ps: int, ready_timeout_s: float,
+            client_timeout_s: float, wait: bool, lease_s: float) -> LaunchedCluster:
     clients = {d.name: d.client(timeout_s=client_timeout_s) for d in devices}
     workers: dict[str, str] = {}
     for device in devices:
@@ -117,16 +158,20 @@ def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, rea
             _close(clients)
             raise DeviceLaunchError(device.name, f"Device {device.name}: {error}",
                                     hint="check its agent, or leave the device out.") from error
-    *ps_ports, chief_port = free_ports(num_ps + 1, "")
-    addresses = ClusterAddresses(workers=workers, ps=[f"{ps_host}:{port}" for port in ps_ports],
-                                 chief=f"{ps_host}:{chief_port}")
+        plane.register_worker(workers[device.name], device.name)
+    *ps, chief = plane.bind(num_ps + 1)
+    addresses = ClusterAddresses(workers=workers, ps=ps, chief=chief)
     spec = addresses.cluster_spec_dict()
-    launched = LaunchedCluster(addresses, {}, spawn_parameter_servers(spec), clients, ready_timeout_s)
+    plane.set_spec(spec, local=[*ps, chief])
+    launched = LaunchedCluster(addresses, {}, spawn_parameter_servers(spec, plane), clients, ready_timeout_s,
+                               plane=plane, lease_s=lease_s)
     run_tag = uuid.uuid4().hex[:8]
     try:
+        launched.keep_leases()
         for index, device in enumerate(devices):
             try:
-                task = clients[device.name].start_task("worker", index, spec, task_id=f"hc-{run_tag}-w{index}")
+                task = clients[device.name].start_task("worker", index, spec, task_id=f"hc-{run_tag}-w{index}",
+                                                       lease_s=lease_s, open_plane=plane.open)
             except AgentError as error:
                 raise DeviceLaunchError(device.name, f"Device {device.name} could not start its worker: {error}",
                                         hint="check its agent's log, or leave the device out.") from error
@@ -148,7 +193,7 @@ def _wait_until_listening(launched: LaunchedCluster, deadline: float) -> None:
             if not server.alive():
                 raise server.startup_error()
         for name, address in list(pending.items()):
-            if address_reachable(address, timeout_s=0.5):
+            if launched.plane.probe(address):
                 del pending[name]
                 continue
             try:

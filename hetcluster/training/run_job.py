@@ -30,13 +30,16 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from hetcluster.errors import HetclusterError, TrainingError
 from hetcluster.fileio import write_json_atomic
 from hetcluster.tfenv import prepare_tf_env, tf_env
 from hetcluster.training.servers import log_file_tail
 from hetcluster.training.spec import ClusterAddresses, RunResult, TrainSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.training.plane import CoordinatorPlane
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-for-go", action="store_true",
                         help="import TensorFlow, then wait for a line 'go' on standard input before connecting "
                              "(the parent starts this process while the servers start); anything else exits 4")
+    parser.add_argument("--plane-fd", type=int, default=-1, help="control socket of the training plane")
+    parser.add_argument("--isolation", default="netns", help="netns, or none (the operator's explicit opt-out)")
     args = parser.parse_args(argv)
+    routed = None
+    if args.plane_fd >= 0:  # first: a namespace holds only for threads started after it
+        from hetcluster.plane.isolation import enter_plane
+
+        routed = enter_plane(args.plane_fd, args.isolation)
     logging.basicConfig(level=os.environ.get("HETCLUSTER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     prepare_tf_env()
     # the parent sends SIGUSR1 before killing a run that overran: every thread's stack goes to the log
@@ -80,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         from hetcluster.training import engine  # noqa: F401
         if sys.stdin.readline().strip() != "go":
             os._exit(4)  # the parent gave up on the launch: no run, no result
+    if routed is not None:
+        routed.wait()
     code = 0
     try:
         job = json.loads(args.job.read_text(encoding="utf-8"))
@@ -115,8 +127,11 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
                       on_progress: Callable[[int, int, float], None] | None = None,
                       round_steps: int = 0, log_path: Path | None = None,
                       stop_event: threading.Event | None = None, stop_grace_s: float = 120.0,
-                      ready: Callable[[], None] | None = None) -> RunResult:
+                      ready: Callable[[], None] | None = None, plane: "CoordinatorPlane | None" = None) -> RunResult:
     """Run :func:`engine.run_training` in a child process and return its RunResult.
+
+    ``cluster`` holds the run's public addresses; with ``plane`` (the launched cluster's) the
+    child is the chief in a namespace of its own and trains on the plane's local view of them.
 
     ``ready`` (a launched cluster's ``wait_ready``) is called after the child has started: the
     child imports TensorFlow meanwhile and connects only once ``ready`` has returned. If ``ready``
@@ -130,7 +145,8 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
     with tempfile.TemporaryDirectory(prefix="hetcluster-run-") as tmp:
         tmpdir = Path(tmp)
         job_path, result_path, progress_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "progress.jsonl"
-        job_path.write_text(json.dumps({"train": spec.to_dict(), "cluster": cluster.to_dict()}), encoding="utf-8")
+        seen = plane.local_view(cluster) if plane is not None else cluster
+        job_path.write_text(json.dumps({"train": spec.to_dict(), "cluster": seen.to_dict()}), encoding="utf-8")
         progress_path.touch()
         log_path = log_path or tmpdir / "run.log"
         cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
@@ -141,10 +157,9 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         child_tmp = tmpdir / "tmp"
         child_tmp.mkdir()
         env = tf_env(TMPDIR=str(child_tmp))
-        with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress:
-            child = subprocess.Popen(cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
-                                     stderr=subprocess.STDOUT, env=env,
-                                     stdin=subprocess.PIPE if ready else subprocess.DEVNULL)
+        with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress, \
+                _chief(plane, cluster, cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
+                       stderr=subprocess.STDOUT, env=env, stdin=subprocess.PIPE if ready else subprocess.DEVNULL) as child:
             if ready is not None:
                 _release_when_ready(child, ready)
             deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -184,6 +199,24 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
     if "error" in payload:
         raise TrainingError(payload["error"])
     return RunResult.from_dict(payload)
+
+
+@contextlib.contextmanager
+def _chief(plane: "CoordinatorPlane | None", cluster: ClusterAddresses, cmd: list[str],
+           **popen: Any) -> Iterator[subprocess.Popen]:
+    """The training process: on the plane, the chief in a namespace of its own, routed to the
+    run's tasks (watched: a lost worker's port refuses connections, as the engine expects)."""
+    if plane is None:
+        yield subprocess.Popen(cmd, **popen)
+        return
+    process, child = plane.spawn(cluster.chief, cmd, cluster.cluster_spec_dict(), watch=True, **popen)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        plane.release(child, cluster.chief)
 
 
 def _release_when_ready(child: subprocess.Popen, ready: Callable[[], None]) -> None:

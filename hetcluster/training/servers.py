@@ -2,8 +2,9 @@
 
 The engine starts the parameter server itself on the coordinator host, as a child process running
 the agent's own ``python -m hetcluster.agent.tf_server`` (a plain ``tf.distribute.Server`` that
-exits when its parent dies); workers normally come from device agents. A server is "up" once it
-has logged that it serves and its port accepts connections.
+exits when its parent dies), in a namespace of its own on the training plane
+(``CoordinatorPlane``); workers normally come from device agents. A server is "up" once it has
+logged that it serves and a connection to it succeeds end to end.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hetcluster.errors import TaskError
 from hetcluster.tfenv import tf_env
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.training.plane import CoordinatorPlane
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,8 @@ class LocalServer:
     process: subprocess.Popen
     log_path: Path
     _tmpdir: tempfile.TemporaryDirectory = field(repr=False)
+    plane: "CoordinatorPlane | None" = field(default=None, repr=False)
+    child: Any = field(default=None, repr=False)   # its PlaneChild on a closed plane
 
     def __enter__(self) -> "LocalServer":
         return self
@@ -116,7 +122,9 @@ class LocalServer:
 
     def serving(self) -> bool:
         """Whether the server has logged that it serves and its port accepts connections."""
-        return b"serving at" in self.log_path.read_bytes() and address_reachable(self.address)
+        if b"serving at" not in self.log_path.read_bytes():
+            return False
+        return self.plane.probe(self.address) if self.plane is not None else address_reachable(self.address)
 
     def log_tail(self, chars: int) -> str:
         """The last ``chars`` characters of the server's log on one line (:func:`log_file_tail`)."""
@@ -142,21 +150,32 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+        if self.plane is not None and self.child is not None:
+            child, self.child = self.child, None
+            self.plane.release(child, self.address)
         self._tmpdir.cleanup()
 
 
-def spawn_local_server(cluster_spec: dict[str, list[str]], job: str, index: int) -> LocalServer:
+def spawn_local_server(cluster_spec: dict[str, list[str]], job: str, index: int,
+                       plane: "CoordinatorPlane | None" = None) -> LocalServer:
     """Start task ``job:index`` as a child process without waiting for it (see wait_until_serving):
-    importing TensorFlow takes seconds, so callers start every server first and wait once."""
+    importing TensorFlow takes seconds, so callers start every server first and wait once. With
+    ``plane`` (whose spec is ``cluster_spec``) the server runs in its own namespace; without, it
+    listens on its address as TensorFlow alone would."""
     tmpdir = tempfile.TemporaryDirectory(prefix=f"hetcluster-{job}{index}-")
     log_path = Path(tmpdir.name) / "server.log"
     env = tf_env()
-    cmd = [sys.executable, "-m", "hetcluster.agent.tf_server", "--cluster-spec", json.dumps(cluster_spec),
+    spec = plane.child_spec(cluster_spec) if plane is not None else cluster_spec
+    cmd = [sys.executable, "-m", "hetcluster.agent.tf_server", "--cluster-spec", json.dumps(spec),
            "--job", job, "--index", str(index), "--parent-pid", str(os.getpid())]
+    address = cluster_spec[job][index]
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
-    return LocalServer(job, index, cluster_spec[job][index], process, log_path, tmpdir)
+        popen: dict[str, Any] = dict(stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if plane is None:
+            process, child = subprocess.Popen(cmd, **popen), None
+        else:
+            process, child = plane.spawn(address, cmd, cluster_spec, **popen)
+    return LocalServer(job, index, address, process, log_path, tmpdir, plane, child)
 
 
 def wait_until_serving(servers: Sequence[LocalServer], timeout_s: float = 120.0) -> None:
@@ -180,15 +199,15 @@ def wait_until_serving(servers: Sequence[LocalServer], timeout_s: float = 120.0)
 
 
 def start_local_servers(cluster_spec: dict[str, list[str]], tasks: Sequence[tuple[str, int]],
-                        timeout_s: float = 120.0) -> list[LocalServer]:
+                        timeout_s: float = 120.0, plane: "CoordinatorPlane | None" = None) -> list[LocalServer]:
     """Start the ``(job, index)`` tasks of ``cluster_spec`` side by side and wait until all serve;
     stops them all if one fails (TaskError)."""
-    servers = [spawn_local_server(cluster_spec, job, index) for job, index in tasks]
+    servers = [spawn_local_server(cluster_spec, job, index, plane) for job, index in tasks]
     wait_until_serving(servers, timeout_s)
     return servers
 
 
-def spawn_parameter_servers(cluster_spec: dict[str, list[str]]) -> list[LocalServer]:
+def spawn_parameter_servers(cluster_spec: dict[str, list[str]], plane: "CoordinatorPlane | None" = None) -> list[LocalServer]:
     """Every ``ps`` task of ``cluster_spec`` on this host, started but not waited for."""
-    return [spawn_local_server(cluster_spec, "ps", index) for index in range(len(cluster_spec.get("ps", [])))]
+    return [spawn_local_server(cluster_spec, "ps", index, plane) for index in range(len(cluster_spec.get("ps", [])))]
 

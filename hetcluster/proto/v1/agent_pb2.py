@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19hetcluster/v1/agent.proto\x12\rhetcluster.v1\"^\n\x0b\x41\x63\x63\x65lerator\x12\x0e\n\x06vendor\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\"T\n\x0fPowerSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08measured\x18\x02 \x01(\x08\x12\x11\n\tavailable\x18\x03 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x16\n\x14GetDeviceInfoRequest\"\xb6\x03\n\x15GetDeviceInfoResponse\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x10\n\x08platform\x18\x03 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x04 \x01(\t\x12\x11\n\tcpu_model\x18\x05 \x01(\t\x12\x11\n\tcpu_count\x18\x06 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x07 \x01(\x04\x12\x30\n\x0c\x61\x63\x63\x65lerators\x18\x08 \x03(\x0b\x32\x1a.hetcluster.v1.Accelerator\x12\x35\n\rpower_sources\x18\t \x03(\x0b\x32\x1e.hetcluster.v1.PowerSourceInfo\x12\x1b\n\x13\x61\x63tive_power_source\x18\n \x01(\t\x12\x15\n\ragent_version\x18\x0b \x01(\t\x12\x1a\n\x12tensorflow_version\x18\x0c \x01(\t\x12\x13\n\x0b\x64\x65vice_kind\x18\r \x01(\t\x12\x1b\n\x13memory_budget_bytes\x18\x0e \x01(\x04\x12\x15\n\rcompute_share\x18\x0f \x01(\x01\x12\x10\n\x08\x65mulated\x18\x10 \x01(\x08\"N\n\x12StreamPowerRequest\x12\x0f\n\x07rate_hz\x18\x01 \x01(\x01\x12\x12\n\nduration_s\x18\x02 \x01(\x01\x12\x13\n\x0bmax_samples\x18\x03 \x01(\r\"\xab\x01\n\x13StreamPowerResponse\x12\x13\n\x0bmonotonic_s\x18\x01 \x01(\x01\x12\x13\n\x0bwall_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\x15\n\x08\x65nergy_j\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x10\n\x08measured\x18\x06 \x01(\x08\x12\x13\n\x0butilization\x18\x07 \x01(\x01\x42\x0b\n\t_energy_j\"#\n\x12ReservePortRequest\x12\r\n\x05ttl_s\x18\x01 \x01(\x01\"&\n\x13ReservePortResponse\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"!\n\x0cJobAddresses\x12\x11\n\taddresses\x18\x01 \x03(\t\"\xf4\x01\n\x10StartTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x46\n\x0c\x63luster_spec\x18\x04 \x03(\x0b\x32\x30.hetcluster.v1.StartTaskRequest.ClusterSpecEntry\x12\x10\n\x08protocol\x18\x05 \x01(\t\x1aO\n\x10\x43lusterSpecEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.hetcluster.v1.JobAddresses:\x02\x38\x01\"<\n\x11StartTaskResponse\x12\'\n\x04task\x18\x01 \x01(\x0b\x32\x19.hetcluster.v1.TaskStatus\"3\n\x0fStopTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\";\n\x10StopTaskResponse\x12\'\n\x04task\x18\x01 \x01(\x0b\x32\x19.hetcluster.v1.TaskStatus\"\'\n\x14GetTaskStatusRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"A\n\x15GetTaskStatusResponse\x12(\n\x05tasks\x18\x01 \x03(\x0b\x32\x19.hetcluster.v1.TaskStatus\"\x92\x02\n\nTaskStatus\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\r\x12\'\n\x05state\x18\x06 \x01(\x0e\x32\x18.hetcluster.v1.TaskState\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x16\n\x0estarted_wall_s\x18\x08 \x01(\x01\x12\x10\n\x08uptime_s\x18\t \x01(\x01\x12\x12\n\ncpu_time_s\x18\n \x01(\x01\x12\x11\n\trss_bytes\x18\x0b \x01(\x04\x12\x0f\n\x07message\x18\x0c \x01(\tB\x0c\n\n_exit_code*\x9e\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x15\n\x11TASK_STATE_EXITED\x10\x03\x12\x16\n\x12TASK_STATE_STOPPED\x10\x04\x12\x15\n\x11TASK_STATE_FAILED\x10\x05\x32\x8a\x04\n\x05\x41gent\x12Z\n\rGetDeviceInfo\x12#.hetcluster.v1.GetDeviceInfoRequest\x1a$.hetcluster.v1.GetDeviceInfoResponse\x12V\n\x0bStreamPower\x12!.hetcluster.v1.StreamPowerRequest\x1a\".hetcluster.v1.StreamPowerResponse0\x01\x12T\n\x0bReservePort\x12!.hetcluster.v1.ReservePortRequest\x1a\".hetcluster.v1.ReservePortResponse\x12N\n\tStartTask\x12\x1f.hetcluster.v1.StartTaskRequest\x1a .hetcluster.v1.StartTaskResponse\x12K\n\x08StopTask\x12\x1e.hetcluster.v1.StopTaskRequest\x1a\x1f.hetcluster.v1.StopTaskResponse\x12Z\n\rGetTaskStatus\x12#.hetcluster.v1.GetTaskStatusRequest\x1a$.hetcluster.v1.GetTaskStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19hetcluster/v1/agent.proto\x12\rhetcluster.v1\"^\n\x0b\x41\x63\x63\x65lerator\x12\x0e\n\x06vendor\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\"T\n\x0fPowerSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08measured\x18\x02 \x01(\x08\x12\x11\n\tavailable\x18\x03 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\x16\n\x14GetDeviceInfoRequest\"\xb6\x03\n\x15GetDeviceInfoResponse\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x10\n\x08platform\x18\x03 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x04 \x01(\t\x12\x11\n\tcpu_model\x18\x05 \x01(\t\x12\x11\n\tcpu_count\x18\x06 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x07 \x01(\x04\x12\x30\n\x0c\x61\x63\x63\x65lerators\x18\x08 \x03(\x0b\x32\x1a.hetcluster.v1.Accelerator\x12\x35\n\rpower_sources\x18\t \x03(\x0b\x32\x1e.hetcluster.v1.PowerSourceInfo\x12\x1b\n\x13\x61\x63tive_power_source\x18\n \x01(\t\x12\x15\n\ragent_version\x18\x0b \x01(\t\x12\x1a\n\x12tensorflow_version\x18\x0c \x01(\t\x12\x13\n\x0b\x64\x65vice_kind\x18\r \x01(\t\x12\x1b\n\x13memory_budget_bytes\x18\x0e \x01(\x04\x12\x15\n\rcompute_share\x18\x0f \x01(\x01\x12\x10\n\x08\x65mulated\x18\x10 \x01(\x08\"N\n\x12StreamPowerRequest\x12\x0f\n\x07rate_hz\x18\x01 \x01(\x01\x12\x12\n\nduration_s\x18\x02 \x01(\x01\x12\x13\n\x0bmax_samples\x18\x03 \x01(\r\"\xab\x01\n\x13StreamPowerResponse\x12\x13\n\x0bmonotonic_s\x18\x01 \x01(\x01\x12\x13\n\x0bwall_time_s\x18\x02 \x01(\x01\x12\x0f\n\x07power_w\x18\x03 \x01(\x01\x12\x15\n\x08\x65nergy_j\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x10\n\x08measured\x18\x06 \x01(\x08\x12\x13\n\x0butilization\x18\x07 \x01(\x01\x42\x0b\n\t_energy_j\"#\n\x12ReservePortRequest\x12\r\n\x05ttl_s\x18\x01 \x01(\x01\"&\n\x13ReservePortResponse\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"!\n\x0cJobAddresses\x12\x11\n\taddresses\x18\x01 \x03(\t\"\x99\x02\n\x10StartTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x46\n\x0c\x63luster_spec\x18\x04 \x03(\x0b\x32\x30.hetcluster.v1.StartTaskRequest.ClusterSpecEntry\x12\x10\n\x08protocol\x18\x05 \x01(\t\x12\x0f\n\x07lease_s\x18\x06 \x01(\x01\x12\x12\n\nopen_plane\x18\x07 \x01(\x08\x1aO\n\x10\x43lusterSpecEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.hetcluster.v1.JobAddresses:\x02\x38\x01\"<\n\x11StartTaskResponse\x12\'\n\x04task\x18\x01 \x01(\x0b\x32\x19.hetcluster.v1.TaskStatus\";\n\x16RenewTaskLeasesRequest\x12\x10\n\x08task_ids\x18\x01 \x03(\t\x12\x0f\n\x07lease_s\x18\x02 \x01(\x01\"0\n\x17RenewTaskLeasesResponse\x12\x15\n\rgone_task_ids\x18\x01 \x03(\t\"3\n\x0fStopTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\";\n\x10StopTaskResponse\x12\'\n\x04task\x18\x01 \x01(\x0b\x32\x19.hetcluster.v1.TaskStatus\"\'\n\x14GetTaskStatusRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"A\n\x15GetTaskStatusResponse\x12(\n\x05tasks\x18\x01 \x03(\x0b\x32\x19.hetcluster.v1.TaskStatus\"\x92\x02\n\nTaskStatus\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\r\x12\'\n\x05state\x18\x06 \x01(\x0e\x32\x18.hetcluster.v1.TaskState\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x16\n\x0estarted_wall_s\x18\x08 \x01(\x01\x12\x10\n\x08uptime_s\x18\t \x01(\x01\x12\x12\n\ncpu_time_s\x18\n \x01(\x01\x12\x11\n\trss_bytes\x18\x0b \x01(\x04\x12\x0f\n\x07message\x18\x0c \x01(\tB\x0c\n\n_exit_code*\x9e\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x15\n\x11TASK_STATE_EXITED\x10\x03\x12\x16\n\x12TASK_STATE_STOPPED\x10\x04\x12\x15\n\x11TASK_STATE_FAILED\x10\x05\x32\xec\x04\n\x05\x41gent\x12Z\n\rGetDeviceInfo\x12#.hetcluster.v1.GetDeviceInfoRequest\x1a$.hetcluster.v1.GetDeviceInfoResponse\x12V\n\x0bStreamPower\x12!.hetcluster.v1.StreamPowerRequest\x1a\".hetcluster.v1.StreamPowerResponse0\x01\x12T\n\x0bReservePort\x12!.hetcluster.v1.ReservePortRequest\x1a\".hetcluster.v1.ReservePortResponse\x12N\n\tStartTask\x12\x1f.hetcluster.v1.StartTaskRequest\x1a .hetcluster.v1.StartTaskResponse\x12`\n\x0fRenewTaskLeases\x12%.hetcluster.v1.RenewTaskLeasesRequest\x1a&.hetcluster.v1.RenewTaskLeasesResponse\x12K\n\x08StopTask\x12\x1e.hetcluster.v1.StopTaskRequest\x1a\x1f.hetcluster.v1.StopTaskResponse\x12Z\n\rGetTaskStatus\x12#.hetcluster.v1.GetTaskStatusRequest\x1a$.hetcluster.v1.GetTaskStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._loaded_options = None
   _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATE']._serialized_start=1866
-  _globals['_TASKSTATE']._serialized_end=2024
+  _globals['_TASKSTATE']._serialized_start=2014
+  _globals['_TASKSTATE']._serialized_end=2172
   _globals['_ACCELERATOR']._serialized_start=44
   _globals['_ACCELERATOR']._serialized_end=138
   _globals['_POWERSOURCEINFO']._serialized_start=140
@@ -54,21 +54,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBADDRESSES']._serialized_start=1022
   _globals['_JOBADDRESSES']._serialized_end=1055
   _globals['_STARTTASKREQUEST']._serialized_start=1058
-  _globals['_STARTTASKREQUEST']._serialized_end=1302
-  _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._serialized_start=1223
-  _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._serialized_end=1302
-  _globals['_STARTTASKRESPONSE']._serialized_start=1304
-  _globals['_STARTTASKRESPONSE']._serialized_end=1364
-  _globals['_STOPTASKREQUEST']._serialized_start=1366
-  _globals['_STOPTASKREQUEST']._serialized_end=1417
-  _globals['_STOPTASKRESPONSE']._serialized_start=1419
-  _globals['_STOPTASKRESPONSE']._serialized_end=1478
-  _globals['_GETTASKSTATUSREQUEST']._serialized_start=1480
-  _globals['_GETTASKSTATUSREQUEST']._serialized_end=1519
-  _globals['_GETTASKSTATUSRESPONSE']._serialized_start=1521
-  _globals['_GETTASKSTATUSRESPONSE']._serialized_end=1586
-  _globals['_TASKSTATUS']._serialized_start=1589
-  _globals['_TASKSTATUS']._serialized_end=1863
-  _globals['_AGENT']._serialized_start=2027
-  _globals['_AGENT']._serialized_end=2549
+  _globals['_STARTTASKREQUEST']._serialized_end=1339
+  _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._serialized_start=1260
+  _globals['_STARTTASKREQUEST_CLUSTERSPECENTRY']._serialized_end=1339
+  _globals['_STARTTASKRESPONSE']._serialized_start=1341
+  _globals['_STARTTASKRESPONSE']._serialized_end=1401
+  _globals['_RENEWTASKLEASESREQUEST']._serialized_start=1403
+  _globals['_RENEWTASKLEASESREQUEST']._serialized_end=1462
+  _globals['_RENEWTASKLEASESRESPONSE']._serialized_start=1464
+  _globals['_RENEWTASKLEASESRESPONSE']._serialized_end=1512
+  _globals['_STOPTASKREQUEST']._serialized_start=1514
+  _globals['_STOPTASKREQUEST']._serialized_end=1565
+  _globals['_STOPTASKRESPONSE']._serialized_start=1567
+  _globals['_STOPTASKRESPONSE']._serialized_end=1626
+  _globals['_GETTASKSTATUSREQUEST']._serialized_start=1628
+  _globals['_GETTASKSTATUSREQUEST']._serialized_end=1667
+  _globals['_GETTASKSTATUSRESPONSE']._serialized_start=1669
+  _globals['_GETTASKSTATUSRESPONSE']._serialized_end=1734
+  _globals['_TASKSTATUS']._serialized_start=1737
+  _globals['_TASKSTATUS']._serialized_end=2011
+  _globals['_AGENT']._serialized_start=2175
+  _globals['_AGENT']._serialized_end=2795
 # @@protoc_insertion_point(module_scope)

@@ -372,6 +372,8 @@ class StartTaskRequest(_message.Message):
     TASK_INDEX_FIELD_NUMBER: _builtins.int
     CLUSTER_SPEC_FIELD_NUMBER: _builtins.int
     PROTOCOL_FIELD_NUMBER: _builtins.int
+    LEASE_S_FIELD_NUMBER: _builtins.int
+    OPEN_PLANE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     """client-chosen id; empty: the agent picks one"""
     job_name: _builtins.str
@@ -379,9 +381,17 @@ class StartTaskRequest(_message.Message):
     task_index: _builtins.int
     protocol: _builtins.str
     """"grpc" (default)"""
+    lease_s: _builtins.float
+    """0 = agent default (15 s); renew with RenewTaskLeases"""
+    open_plane: _builtins.bool
+    """Developer-only: a TF server listening on its address with no namespace and no TLS, refused
+    unless the agent's [tf_plane] allow_open is set (tests and benchmarks compare against it).
+    """
     @_builtins.property
     def cluster_spec(self) -> _containers.MessageMap[_builtins.str, Global___JobAddresses]:
-        """job name -> task addresses"""
+        """job name -> each task's training-plane address: the mTLS listener of its host for it (this
+        task's own is a port reserved with ReservePort)
+        """
 
     def __init__(
         self,
@@ -391,10 +401,12 @@ class StartTaskRequest(_message.Message):
         task_index: _builtins.int = ...,
         cluster_spec: _abc.Mapping[_builtins.str, Global___JobAddresses] | None = ...,
         protocol: _builtins.str = ...,
+        lease_s: _builtins.float = ...,
+        open_plane: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_spec", b"cluster_spec", "job_name", b"job_name", "protocol", b"protocol", "task_id", b"task_id", "task_index", b"task_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_spec", b"cluster_spec", "job_name", b"job_name", "lease_s", b"lease_s", "open_plane", b"open_plane", "protocol", b"protocol", "task_id", b"task_id", "task_index", b"task_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -419,6 +431,52 @@ class StartTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartTaskResponse: _TypeAlias = StartTaskResponse  # noqa: Y015
+
+@_typing.final
+class RenewTaskLeasesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_IDS_FIELD_NUMBER: _builtins.int
+    LEASE_S_FIELD_NUMBER: _builtins.int
+    lease_s: _builtins.float
+    """0 = agent default (15 s)"""
+    @_builtins.property
+    def task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        task_ids: _abc.Iterable[_builtins.str] | None = ...,
+        lease_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_s", b"lease_s", "task_ids", b"task_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewTaskLeasesRequest: _TypeAlias = RenewTaskLeasesRequest  # noqa: Y015
+
+@_typing.final
+class RenewTaskLeasesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GONE_TASK_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def gone_task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """not running (unknown, ended, or stopped when their lease lapsed)"""
+
+    def __init__(
+        self,
+        *,
+        gone_task_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gone_task_ids", b"gone_task_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewTaskLeasesResponse: _TypeAlias = RenewTaskLeasesResponse  # noqa: Y015
 
 @_typing.final
 class StopTaskRequest(_message.Message):

@@ -54,6 +54,11 @@ class AgentStub:
                 request_serializer=hetcluster_dot_v1_dot_agent__pb2.StartTaskRequest.SerializeToString,
                 response_deserializer=hetcluster_dot_v1_dot_agent__pb2.StartTaskResponse.FromString,
                 _registered_method=True)
+        self.RenewTaskLeases = channel.unary_unary(
+                '/hetcluster.v1.Agent/RenewTaskLeases',
+                request_serializer=hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesRequest.SerializeToString,
+                response_deserializer=hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesResponse.FromString,
+                _registered_method=True)
         self.StopTask = channel.unary_unary(
                 '/hetcluster.v1.Agent/StopTask',
                 request_serializer=hetcluster_dot_v1_dot_agent__pb2.StopTaskRequest.SerializeToString,
@@ -93,7 +98,16 @@ class AgentServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StartTask(self, request, context):
-        """Start a tf.distribute.Server (job "worker" or "ps") as a child process.
+        """Start a tf.distribute.Server (job "worker" or "ps") as a child process, in a network
+        namespace of its own reached only through the agent's mutual-TLS forwarding (the training
+        plane), under a lease that the caller renews.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewTaskLeases(self, request, context):
+        """Extend the leases of tasks this caller started; a task whose lease lapses is stopped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,6 +149,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.StartTask,
                     request_deserializer=hetcluster_dot_v1_dot_agent__pb2.StartTaskRequest.FromString,
                     response_serializer=hetcluster_dot_v1_dot_agent__pb2.StartTaskResponse.SerializeToString,
+            ),
+            'RenewTaskLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewTaskLeases,
+                    request_deserializer=hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesRequest.FromString,
+                    response_serializer=hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesResponse.SerializeToString,
             ),
             'StopTask': grpc.unary_unary_rpc_method_handler(
                     servicer.StopTask,
@@ -255,6 +274,33 @@ class Agent:
             '/hetcluster.v1.Agent/StartTask',
             hetcluster_dot_v1_dot_agent__pb2.StartTaskRequest.SerializeToString,
             hetcluster_dot_v1_dot_agent__pb2.StartTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewTaskLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hetcluster.v1.Agent/RenewTaskLeases',
+            hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesRequest.SerializeToString,
+            hetcluster_dot_v1_dot_agent__pb2.RenewTaskLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

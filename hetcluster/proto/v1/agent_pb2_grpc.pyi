@@ -48,7 +48,12 @@ class AgentStub:
     whole cluster spec before any server starts. Held until StartTask uses it or ttl_s passes.
     """
     StartTask: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StartTaskRequest, _agent_pb2.StartTaskResponse]
-    """Start a tf.distribute.Server (job "worker" or "ps") as a child process."""
+    """Start a tf.distribute.Server (job "worker" or "ps") as a child process, in a network
+    namespace of its own reached only through the agent's mutual-TLS forwarding (the training
+    plane), under a lease that the caller renews.
+    """
+    RenewTaskLeases: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RenewTaskLeasesRequest, _agent_pb2.RenewTaskLeasesResponse]
+    """Extend the leases of tasks this caller started; a task whose lease lapses is stopped."""
     StopTask: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StopTaskRequest, _agent_pb2.StopTaskResponse]
     """Stop a task started by StartTask (SIGTERM, then SIGKILL after grace_s)."""
     GetTaskStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetTaskStatusRequest, _agent_pb2.GetTaskStatusResponse]
@@ -68,7 +73,12 @@ class AgentAsyncStub(AgentStub):
     whole cluster spec before any server starts. Held until StartTask uses it or ttl_s passes.
     """
     StartTask: _aio.UnaryUnaryMultiCallable[_agent_pb2.StartTaskRequest, _agent_pb2.StartTaskResponse]  # type: ignore[assignment]
-    """Start a tf.distribute.Server (job "worker" or "ps") as a child process."""
+    """Start a tf.distribute.Server (job "worker" or "ps") as a child process, in a network
+    namespace of its own reached only through the agent's mutual-TLS forwarding (the training
+    plane), under a lease that the caller renews.
+    """
+    RenewTaskLeases: _aio.UnaryUnaryMultiCallable[_agent_pb2.RenewTaskLeasesRequest, _agent_pb2.RenewTaskLeasesResponse]  # type: ignore[assignment]
+    """Extend the leases of tasks this caller started; a task whose lease lapses is stopped."""
     StopTask: _aio.UnaryUnaryMultiCallable[_agent_pb2.StopTaskRequest, _agent_pb2.StopTaskResponse]  # type: ignore[assignment]
     """Stop a task started by StartTask (SIGTERM, then SIGKILL after grace_s)."""
     GetTaskStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetTaskStatusRequest, _agent_pb2.GetTaskStatusResponse]  # type: ignore[assignment]
@@ -109,7 +119,18 @@ class AgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.StartTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.StartTaskResponse, _abc.Awaitable[_agent_pb2.StartTaskResponse]]:
-        """Start a tf.distribute.Server (job "worker" or "ps") as a child process."""
+        """Start a tf.distribute.Server (job "worker" or "ps") as a child process, in a network
+        namespace of its own reached only through the agent's mutual-TLS forwarding (the training
+        plane), under a lease that the caller renews.
+        """
+
+    @_abc_1.abstractmethod
+    def RenewTaskLeases(
+        self,
+        request: _agent_pb2.RenewTaskLeasesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.RenewTaskLeasesResponse, _abc.Awaitable[_agent_pb2.RenewTaskLeasesResponse]]:
+        """Extend the leases of tasks this caller started; a task whose lease lapses is stopped."""
 
     @_abc_1.abstractmethod
     def StopTask(
