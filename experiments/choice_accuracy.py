@@ -25,12 +25,12 @@ experiments/results/choice_accuracy/<full|reduced>/:
                       (kernel_cpu_s, interrupt_cpu_s, steal_s and unattributed_cpu_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
+Usage:  .venv/bin/python -m experiments.choice_accuracy [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
                                                         [--network loopback|shaped]
                                                         [--job-scale K] [--repeats R] [--out-dir DIR]
-        .venv/bin/python experiments/choice_accuracy.py --model-config FILE [--config-batch-size B]
+        .venv/bin/python -m experiments.choice_accuracy --model-config FILE [--config-batch-size B]
                                                         [--config-total-steps N] ...   (a user's own model)
-        .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
+        .venv/bin/python -m experiments.choice_accuracy --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
 """
 
@@ -47,13 +47,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
-from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
-from hetcluster.emulation.cluster import NETWORK_MODES  # noqa: E402
-from host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between  # noqa: E402
+from experiments.accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables
+from experiments.common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json
+from experiments.host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between
+from hetcluster.emulation.cluster import NETWORK_MODES
 
 log = logging.getLogger("choice_accuracy")
 

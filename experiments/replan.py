@@ -12,8 +12,8 @@ fitted: a configuration's rate is the sum of its members' solo rates, its power 
 --without-rate-revision with the sets but each device's solo rate as its window read it, not
 revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 
-    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
-    .venv/bin/python experiments/replan.py --all-repeated [--without-sets | --without-rate-revision]   # the headline over every repeated truth
+    .venv/bin/python -m experiments.replan [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
+    .venv/bin/python -m experiments.replan --all-repeated [--without-sets | --without-rate-revision]   # the headline over every repeated truth
 
 --all-repeated's summary.csv has a row per objective, one for all, and one for "unseen": the recordings
 listed in results/choice_accuracy/unseen.txt, whose fleet and model were chosen before any of their results
@@ -36,11 +36,8 @@ from typing import Any
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import RESULTS, ROOT, read_json, write_json  # noqa: E402
-from hetcluster.fileio import write_text_atomic  # noqa: E402
+from experiments.common import RESULTS, ROOT, read_json, write_json
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger("replan")
 
@@ -155,8 +152,8 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
     (rows labelled <folder>/<model>): the headline accuracy over all of them, and over the unseen
     ones (root/unseen.txt) as the summary's scope "unseen". Where out holds an earlier choices.csv, logs
     the recordings it lacked and every earlier case whose choice changed (changed_choices)."""
-    from accuracy import markdown_table, plot_accuracy, tables
-    from common import REFERENCE_EXACT_RATE
+    from experiments.accuracy import markdown_table, plot_accuracy, tables
+    from experiments.common import REFERENCE_EXACT_RATE
 
     runs, folder_of = [], {}
     for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
@@ -236,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("the README's choice-accuracy table now shows %s", out / "summary.md")
         log.info("results in %s", out)
         return 0
-    from choice_accuracy import EXTRA, FULL, REDUCED, render
+    from experiments.choice_accuracy import EXTRA, FULL, REDUCED, render
 
     settings = {s.model: s for s in FULL + REDUCED + EXTRA}
     out = (args.to or args.source / f"replanned{suffix}").resolve()

@@ -8,17 +8,15 @@ writes the CSVs and PNGs from a raw/ folder like a real run leaves.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import accuracy  # noqa: E402
-import choice_accuracy  # noqa: E402
+from experiments import accuracy
+from experiments import choice_accuracy
 
 
 def metrics(time_s: float, power_w: float) -> dict[str, float]:
@@ -174,7 +172,7 @@ def test_unknown_model_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_full_configuration_has_five_models_on_three_platforms() -> None:
-    from common import PLATFORMS
+    from experiments.common import PLATFORMS
 
     assert len({s.model for s in choice_accuracy.FULL}) == 5
     assert PLATFORMS == ("server", "jetson-nano", "phone")
@@ -250,7 +248,7 @@ def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_a
 
 def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
     # the `up` fails when another run's fleet is up in the same state dir: a `down` then would stop it
-    import common
+    from experiments import common
 
     calls = []
 
@@ -330,7 +328,7 @@ def _machine_record_of_a_finished_run(tmp_path: Path, *args, **kwargs) -> dict:
 
 
 def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
-    import common
+    from experiments import common
 
     calls = []
     monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))
@@ -344,7 +342,7 @@ def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
 
 
 def test_a_shaped_fleet_is_asked_of_cluster_up_named_in_the_results_and_recorded(tmp_path, monkeypatch):
-    import common
+    from experiments import common
 
     calls = []
     monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))

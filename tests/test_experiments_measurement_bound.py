@@ -1,11 +1,10 @@
-"""experiments/measurement_bound.py: the planner fed one training round's own measurements in place
+"""experiments/investigations/measurement_bound.py: the planner fed one training round's own measurements in place
 of pre-training's windows, scored against the other round, on a committed recording (residual CNN on
 four devices of the third catalog)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,10 +12,9 @@ import pytest
 from recorded_truths import RESULTS, copy_recordings
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import measurement_bound  # noqa: E402
-import replan  # noqa: E402
+from experiments.investigations import measurement_bound
+from experiments import replan
 
 FOLDER, MODEL, TOTAL_STEPS = "full-x2-r2-residual-untuned3-4", "residual_l2_cnn", 600
 RECORDING = RESULTS / FOLDER / "raw" / f"{MODEL}.json"

@@ -7,16 +7,14 @@ so the re-planning path is checked on what a real run left, not on a hand-made d
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import replan  # noqa: E402
+from experiments import replan
 
 RECORDING = EXPERIMENTS / "results" / "choice_accuracy" / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
 
@@ -141,7 +139,7 @@ def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
 def test_the_readme_shows_the_committed_headline() -> None:
     """replan.py --all-repeated writes summary.md from summary.csv and the README's table from summary.md:
     a results commit that skipped either step fails here."""
-    import accuracy
+    from experiments import accuracy
 
     out = EXPERIMENTS / "results" / "choice_accuracy" / "replanned-repeated"
     table = (out / "summary.md").read_text()

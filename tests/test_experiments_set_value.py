@@ -1,11 +1,10 @@
-"""experiments/set_value.py: the planner's choices with fewer of the recorded calibration sets, and
+"""experiments/investigations/set_value.py: the planner's choices with fewer of the recorded calibration sets, and
 with a second set picked after a first plan, on a committed recording (the five-device run)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,10 +12,9 @@ import pytest
 from recorded_truths import RESULTS, copy_recordings
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import replan  # noqa: E402
-import set_value  # noqa: E402
+from experiments import replan
+from experiments.investigations import set_value
 
 RECORDING = RESULTS / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
 

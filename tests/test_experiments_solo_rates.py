@@ -1,17 +1,15 @@
-"""experiments/solo_rates.py on committed recordings: one whose evaluation kept each run's steady
+"""experiments/investigations/solo_rates.py on committed recordings: one whose evaluation kept each run's steady
 rates and pooled the fastest device's two solo windows, and one from before either."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import solo_rates  # noqa: E402
+from experiments.investigations import solo_rates
 
 RESULTS = EXPERIMENTS / "results" / "choice_accuracy"
 

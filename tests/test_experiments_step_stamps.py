@@ -1,18 +1,16 @@
-"""experiments/step_stamps.py: where a run trains freely, its per-bin step durations, bad arguments."""
+"""experiments/investigations/step_stamps.py: where a run trains freely, its per-bin step durations, bad arguments."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
 
-import step_stamps  # noqa: E402
+from experiments.investigations import step_stamps
 
-from hetcluster.training.spec import RunResult  # noqa: E402
+from hetcluster.training.spec import RunResult
 
 RECORDED = EXPERIMENTS / "results" / "step_stamps" / "mobilenet_v2-pretrain400-server+jetson-tx2+phone_server+jetson-tx2"
 

@@ -7,7 +7,7 @@ mean step duration in consecutive bins from the moment the run trains freely (th
 barrier's rounds, else the run's start), beside its rate over the whole run. Power recorders can
 stream from every agent while it runs (``--power-hz``), as pre-training's and training's do.
 
-    .venv/bin/python experiments/step_stamps.py --devices server,jetson-tx2,phone \\
+    .venv/bin/python -m experiments.investigations.step_stamps --devices server,jetson-tx2,phone \\
         --runs server+jetson-tx2+phone,server+jetson-tx2 --steps 900 [--no-barrier] [--power-hz 2]
 
 With ``--pretrain-total-steps N`` it runs a job's pre-training instead (as `hetcluster profile
@@ -34,10 +34,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import RESULTS, emulated_fleet, machine_info, read_json, write_json  # noqa: E402
+from experiments.common import RESULTS, emulated_fleet, machine_info, read_json, write_json
 
 
 def free_start_s(result: Any, barrier: bool) -> float:

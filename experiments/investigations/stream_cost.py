@@ -8,7 +8,7 @@ means, the first run (the worker's cold start) left out. Alternating in one flee
 host's drift out of the difference; the run-to-run spread of such runs is several per cent, so
 read a difference against the spread it prints.
 
-    .venv/bin/python experiments/stream_cost.py --device phone --runs 9
+    .venv/bin/python -m experiments.investigations.stream_cost --device phone --runs 9
 
 Results: ``rows.json`` (run, power_hz, steps_per_s, mean_step_s) and ``machine.json`` under
 --out-dir (default experiments/results/stream_cost/<model>-<device>).
@@ -23,10 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import RESULTS, emulated_fleet, machine_info, write_json  # noqa: E402
+from experiments.common import RESULTS, emulated_fleet, machine_info, write_json
 
 
 def run_rate(result: Any) -> tuple[float, float]:

@@ -31,7 +31,7 @@ A device whose solo configuration was not trained by name (a fleet of identical 
 classes) keeps its pre-training measurement; recordings whose trainings did not record each worker's
 steady rate (before that was kept) are skipped.
 
-    .venv/bin/python experiments/measurement_bound.py [--root DIR] [--out DIR]
+    .venv/bin/python -m experiments.investigations.measurement_bound [--root DIR] [--out DIR]
 
 No training: it reads the recordings and re-fits the planner five times per scored round (45 s over
 212 recordings on this 2-core host).
@@ -45,13 +45,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import case_scopes, read_json, run_case_experiment  # noqa: E402
-from replan import recordings, repeated_truth  # noqa: E402
-import set_value  # noqa: E402
-from set_value import OBJECTIVES  # noqa: E402
+from experiments.common import case_scopes, read_json, run_case_experiment
+from experiments.investigations import set_value
+from experiments.investigations.set_value import OBJECTIVES
+from experiments.replan import recordings, repeated_truth
 
 log = logging.getLogger("measurement_bound")
 

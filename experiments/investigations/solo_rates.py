@@ -23,7 +23,7 @@ each calibration set: its rate in the set (its steps there over the set's window
 rate when that same configuration trained, by how many steps it took in the set (a slow member of a
 short set is timed over a handful of steps, as a slow device's short solo window is).
 
-    .venv/bin/python experiments/solo_rates.py [--from DIR ...]
+    .venv/bin/python -m experiments.investigations.solo_rates [--from DIR ...]
 
 No training: it reads the recordings and re-fits the planner on each profile.
 """
@@ -33,15 +33,11 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import RESULTS, read_json  # noqa: E402
-from replan import recordings, repeated_truth  # noqa: E402
+from experiments.common import RESULTS, read_json
+from experiments.replan import recordings, repeated_truth
 
 ACCURACY = RESULTS / "choice_accuracy"
 FEW_WINDOW_STEPS = 8   # a solo window of this many steps or fewer is "short" in the summary

@@ -20,7 +20,7 @@ A choice is exact when it is the configuration whose trainings measured best (th
 rounds); "separated" counts only the cases whose rounds tell the best apart from every other
 configuration (evaluation.scoring), as the headline does.
 
-    .venv/bin/python experiments/set_value.py [--root DIR] [--out DIR]
+    .venv/bin/python -m experiments.investigations.set_value [--root DIR] [--out DIR]
 
 No training: it reads the recordings and re-fits the planner on each profile (40 s on this 2-core host).
 """
@@ -31,11 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import case_scopes, read_json, run_case_experiment  # noqa: E402
-from replan import recordings, replan, repeated_truth  # noqa: E402
+from experiments.common import case_scopes, read_json, run_case_experiment
+from experiments.replan import recordings, replan, repeated_truth
 
 OBJECTIVES = ("time", "power", "energy", "edp")
 POLICIES = ("none", "first 1", "first 2", "all", "adaptive")
