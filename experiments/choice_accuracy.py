@@ -20,7 +20,7 @@ experiments/results/choice_accuracy/<full|reduced>/:
                       the fleet's device profiles (share, memory, watts, link: what each device was)
                       and foreign_cpu: CPU seconds other processes took on the host, per 2-s bin, with
                       the kernel's threads', the host's interrupt and stolen seconds and the signed
-                      rest no process holds beside them (host_watch.py);
+                      rest no process holds beside them (experiments/host_watch.py);
                       raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
                       (kernel_cpu_s, interrupt_cpu_s, steal_s and unattributed_cpu_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
@@ -32,6 +32,7 @@ Usage:  .venv/bin/python -m experiments.choice_accuracy [--reduced] [--models a,
                                                         [--config-total-steps N] ...   (a user's own model)
         .venv/bin/python -m experiments.choice_accuracy --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
+A finished recording goes into the dataset the headline reads (`python -m experiments.recordings add DIR`).
 """
 
 from __future__ import annotations

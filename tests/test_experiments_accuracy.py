@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+from experiments import accuracy, choice_accuracy
 
-from experiments import accuracy
-from experiments import choice_accuracy
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def metrics(time_s: float, power_w: float) -> dict[str, float]:

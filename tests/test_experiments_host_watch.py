@@ -9,14 +9,10 @@ import subprocess
 import sys
 import time
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-from experiments import choice_accuracy
-from experiments import host_watch
+from experiments import choice_accuracy, host_watch
 from experiments.host_watch import ForeignCpu, host_cpu_between
 
 # every process of another test running beside these would be someone else's work to them

@@ -14,8 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
 from experiments.run_notebook import execute
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]

@@ -1,4 +1,5 @@
-"""experiments/investigations/step_stamps.py: where a run trains freely, its per-bin step durations, bad arguments."""
+"""experiments/investigations/step_stamps.py: where a run trains freely, its per-bin step durations,
+bad arguments; on a recorded run kept as test data."""
 
 from __future__ import annotations
 
@@ -6,13 +7,10 @@ from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
 from experiments.investigations import step_stamps
-
 from hetcluster.training.spec import RunResult
 
-RECORDED = EXPERIMENTS / "results" / "step_stamps" / "mobilenet_v2-pretrain400-server+jetson-tx2+phone_server+jetson-tx2"
+RECORDED = Path(__file__).parent / "data" / "step_stamps" / "mobilenet_v2-pretrain400-server+jetson-tx2+phone_server+jetson-tx2"
 
 
 def _result(rounds: list[float], stamps: list[tuple[float, float, str]], warmup_steps: int = 2) -> RunResult:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from experiments.investigations import stream_cost
-
 from hetcluster.training.spec import RunResult
 
 

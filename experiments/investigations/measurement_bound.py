@@ -5,8 +5,7 @@ Against one training of every configuration (the reference's way of scoring) the
 often as a second training is (the rounds' agreement, docs/experiments.md), while a planner that
 knew each configuration's expected cost would be right in about 90 % of cases. Is the gap the
 pre-training windows (a calibration set measured a median 1.4 s on these short jobs) or
-the truth's own round-to-round noise? Each repeated-truth recording (raw/<model>.json of
-choice_accuracy.py) keeps every configuration's trainings, round by round, with each worker's steady
+the truth's own round-to-round noise? Each repeated-truth recording (experiments.recordings) keeps every configuration's trainings, round by round, with each worker's steady
 rate, first step and the training phase's time. So for each scored round k, with o the other round,
 the planner can be re-fitted on what round o measured, as if pre-training's windows had lasted a
 whole training phase, and scored against round k (round o's noise is not round k's: no leak).
@@ -31,10 +30,11 @@ A device whose solo configuration was not trained by name (a fleet of identical 
 classes) keeps its pre-training measurement; recordings whose trainings did not record each worker's
 steady rate (before that was kept) are skipped.
 
-    .venv/bin/python -m experiments.investigations.measurement_bound [--root DIR] [--out DIR]
+    .venv/bin/python -m experiments.investigations.measurement_bound [--recordings PATH] [--out DIR]
 
-No training: it reads the recordings and re-fits the planner five times per scored round (45 s over
-212 recordings on this 2-core host).
+No training: it reads the recordings dataset (results/choice_accuracy/recordings.parquet, or
+--recordings: another dataset or a folder of results folders) and re-fits the planner five times per
+scored round; summary.csv goes to results/choice_accuracy/measurement-bound/.
 """
 
 from __future__ import annotations
@@ -42,13 +42,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
-from experiments.common import case_scopes, read_json, run_case_experiment
+from experiments.common import case_scopes, run_case_experiment
 from experiments.investigations import set_value
 from experiments.investigations.set_value import OBJECTIVES
-from experiments.replan import recordings, repeated_truth
+from experiments.recordings import Recording
 
 log = logging.getLogger("measurement_bound")
 
@@ -135,10 +134,10 @@ def round_best(evaluation: dict[str, Any], round_index: int, objective: str) -> 
     return frozenset(min(evaluation["configurations"], key=lambda c: c["repeats"][round_index][metric])["devices"])
 
 
-def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+def recording_rows(recording: Recording) -> list[dict[str, Any]]:
     """One row per objective and scored round of one recording: round k's best and each source's
     choice (PLANNED fitted on round o = 1 − k), exact against round k or not."""
-    total_steps = int(read_json(raw.with_suffix(".setting.json"))["total_steps"])
+    evaluation, total_steps = recording.evaluation, recording.total_steps
     rows = []
     for scored in (0, 1):
         other = 1 - scored
@@ -146,7 +145,7 @@ def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]
         for name in OBJECTIVES:
             best = round_best(evaluation, scored, name)
             picks = {**{source: chosen[source][name] for source in PLANNED}, "round o": round_best(evaluation, other, name)}
-            row = {"recording": f"{raw.parent.parent.name}/{raw.stem}", "devices": len(evaluation["profile"]["devices"]),
+            row = {"recording": recording.label, "devices": len(evaluation["profile"]["devices"]),
                    "objective": name, "round": scored, "best": "+".join(sorted(best))}
             row.update({source: pick == best for source, pick in picks.items()})
             row.update({f"{source} chose": "+".join(sorted(pick)) for source, pick in picks.items()})
@@ -154,23 +153,17 @@ def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]
     return rows
 
 
-def rows_under(root: Path) -> list[dict[str, Any]]:
-    """recording_rows of every recording under root/<folder>/raw/ whose truth was trained twice or more,
-    with a whole profile and each worker's steady rate (the others skipped, counted in the log)."""
-    rows, skipped = [], 0
-    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
-        for raw in recordings(folder / "raw"):
-            evaluation = read_json(raw)
-            if "format_version" not in evaluation.get("profile", {}) or not repeated_truth(evaluation):
-                continue
-            if not has_worker_rates(evaluation):
-                skipped += 1
-                continue
-            rows.extend(recording_rows(raw, evaluation))
-    if skipped:
-        log.warning("skipped %d repeated-truth recordings trained before each worker's steady rate was kept", skipped)
+def rows_of(recordings: list[Recording]) -> list[dict[str, Any]]:
+    """recording_rows of every recording the headline scores (Recording.scored) whose trainings kept
+    each worker's steady rate (the others skipped, counted in the log)."""
+    scored = [r for r in recordings if r.scored]
+    with_rates = [r for r in scored if has_worker_rates(r.evaluation)]
+    if len(with_rates) < len(scored):
+        log.warning("skipped %d repeated-truth recordings trained before each worker's steady rate was kept",
+                    len(scored) - len(with_rates))
+    rows = [row for r in with_rates for row in recording_rows(r)]
     if not rows:
-        raise SystemExit(f"no repeated-truth recording with each worker's steady rate under {root}")
+        raise SystemExit("no counted repeated-truth recording with each worker's steady rate")
     return rows
 
 
@@ -184,7 +177,7 @@ def summary(rows: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_case_experiment(argv, __doc__.splitlines()[0], "measurement-bound", rows_under, summary)
+    return run_case_experiment(argv, __doc__.splitlines()[0], "measurement-bound", rows_of, summary)
 
 
 if __name__ == "__main__":

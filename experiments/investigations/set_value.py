@@ -3,7 +3,7 @@ and with a set picked after a first plan instead of fixed in advance.
 
 Pre-training measures every device alone, then up to three multi-device sets in a fixed order
 (hetcluster/profiling/sets.py: the whole fleet, the two fastest, all but the fastest). Each
-repeated-truth recording (raw/<model>.json of choice_accuracy.py) keeps every set's measurement, so
+repeated-truth recording (experiments.recordings) keeps every set's measurement, so
 today's planner can re-plan from a prefix of them and be scored against the same truth, as
 replan.py does with all of them. Policies, per recording and objective:
 
@@ -20,19 +20,21 @@ A choice is exact when it is the configuration whose trainings measured best (th
 rounds); "separated" counts only the cases whose rounds tell the best apart from every other
 configuration (evaluation.scoring), as the headline does.
 
-    .venv/bin/python -m experiments.investigations.set_value [--root DIR] [--out DIR]
+    .venv/bin/python -m experiments.investigations.set_value [--recordings PATH] [--out DIR]
 
-No training: it reads the recordings and re-fits the planner on each profile (40 s on this 2-core host).
+No training: it reads the recordings dataset (results/choice_accuracy/recordings.parquet, or
+--recordings: another dataset or a folder of results folders) and re-fits the planner on each
+profile; summary.csv goes to results/choice_accuracy/set-value/.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
-from experiments.common import case_scopes, read_json, run_case_experiment
-from experiments.replan import recordings, replan, repeated_truth
+from experiments.common import case_scopes, run_case_experiment
+from experiments.recordings import Recording
+from experiments.replan import replan
 
 OBJECTIVES = ("time", "power", "energy", "edp")
 POLICIES = ("none", "first 1", "first 2", "all", "adaptive")
@@ -71,13 +73,11 @@ def adaptive_choices(devices: list, runs: list, job: Any,
     return result
 
 
-def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per objective of one recording (``evaluation``, read from ``raw``): the truth's best
-    and each policy's choice, exact or not."""
+def recording_rows(recording: Recording) -> list[dict[str, Any]]:
+    """One row per objective of one recording: the truth's best and each policy's choice, exact or not."""
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
-    setting = read_json(raw.with_suffix(".setting.json"))
-    total_steps = int(setting["total_steps"])
+    evaluation, total_steps = recording.evaluation, recording.total_steps
     scored = replan(evaluation, total_steps)["objectives"]   # every set: today's choice, the truth's best, separation
     devices, runs, job = to_planner_inputs(Profile.from_dict(evaluation["profile"]), total_steps)
     first = plans(devices, runs[:1], job)
@@ -89,7 +89,7 @@ def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]
     rows = []
     for name in OBJECTIVES:
         best = frozenset(scored[name]["best"])
-        row = {"recording": f"{raw.parent.parent.name}/{raw.stem}", "devices": len(devices), "sets": len(runs),
+        row = {"recording": recording.label, "devices": len(devices), "sets": len(runs),
                "objective": name, "best": "+".join(sorted(best)), "separated": bool(scored[name]["separated"]),
                "adaptive_added_set": adaptive[name][1]}
         chosen_now = {**{policy: chosen[policy][name] for policy in POLICIES[:-1]}, "adaptive": adaptive[name][0]}
@@ -99,18 +99,12 @@ def recording_rows(raw: Path, evaluation: dict[str, Any]) -> list[dict[str, Any]
     return rows
 
 
-def rows_under(root: Path) -> list[dict[str, Any]]:
-    """recording_rows of every repeated-truth recording with a whole profile and calibration sets
-    under root/<folder>/raw/ (the recordings replan.py --all-repeated scores, less those without sets)."""
-    rows = []
-    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
-        for raw in recordings(folder / "raw"):
-            evaluation = read_json(raw)
-            if "format_version" in evaluation.get("profile", {}) and repeated_truth(evaluation) \
-                    and evaluation["profile"]["runs"]:
-                rows.extend(recording_rows(raw, evaluation))
+def rows_of(recordings: list[Recording]) -> list[dict[str, Any]]:
+    """recording_rows of every recording the headline scores (Recording.scored) that measured
+    calibration sets."""
+    rows = [row for r in recordings if r.scored and r.evaluation["profile"]["runs"] for row in recording_rows(r)]
     if not rows:
-        raise SystemExit(f"no repeated-truth recording with calibration sets under {root}")
+        raise SystemExit("no counted repeated-truth recording with calibration sets")
     return rows
 
 
@@ -131,7 +125,7 @@ def summary(rows: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_case_experiment(argv, __doc__.splitlines()[0], "set-value", rows_under, summary)
+    return run_case_experiment(argv, __doc__.splitlines()[0], "set-value", rows_of, summary)
 
 
 if __name__ == "__main__":

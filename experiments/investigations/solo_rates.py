@@ -1,6 +1,6 @@
 """How well did pre-training's solo windows read the rate each device then trained at?
 
-For every recorded evaluation with a repeated truth (raw/<model>.json of choice_accuracy.py), per
+For every recorded evaluation with a repeated truth (experiments.recordings), per
 device: the solo rate(s) pre-training measured (each window when it measured the device twice,
 DeviceProfile.solo_rates_steps_per_s) against the steady rate of each training of that device
 alone. Evaluations recorded since the harness keeps each worker's steady rate
@@ -23,9 +23,10 @@ each calibration set: its rate in the set (its steps there over the set's window
 rate when that same configuration trained, by how many steps it took in the set (a slow member of a
 short set is timed over a handful of steps, as a slow device's short solo window is).
 
-    .venv/bin/python -m experiments.investigations.solo_rates [--from DIR ...]
+    .venv/bin/python -m experiments.investigations.solo_rates [--from PATH ...]
 
-No training: it reads the recordings and re-fits the planner on each profile.
+No training: it reads the recordings dataset (results/choice_accuracy/recordings.parquet, or --from:
+other datasets, results folders or folders of them), re-fits the planner on each profile and prints.
 """
 
 from __future__ import annotations
@@ -36,19 +37,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments.common import RESULTS, read_json
-from experiments.replan import recordings, repeated_truth
+from experiments.recordings import DATASET, Recording, load
 
-ACCURACY = RESULTS / "choice_accuracy"
 FEW_WINDOW_STEPS = 8   # a solo window of this many steps or fewer is "short" in the summary
 SHORT_WINDOW_STEPS = 5  # the paired comparison: a long window's first steps, as a short window would have held
 
 
-def repeated_recordings(dirs: list[Path] | None = None) -> list[Path]:
-    """The recordings replan.py's headline scores: repeated truth with a whole profile."""
-    folders = dirs or [d for d in sorted(ACCURACY.iterdir()) if (d / "raw").is_dir()]
-    return [raw for folder in folders for raw in recordings(folder / "raw")
-            if "profile" in (data := read_json(raw)) and repeated_truth(data)]
+def repeated_recordings(sources: list[Path] | None = None) -> list[Recording]:
+    """The counted recordings with a repeated truth and a profile of ``sources`` (each the dataset,
+    a results folder or a folder of them; default the dataset)."""
+    return [r for source in sources or [DATASET] for r in load(source)
+            if not r.left_out and "profile" in r.evaluation and r.repeated]
 
 
 def steady_rate(run: dict[str, Any], device: str, remaining_steps: int, startup_s: float) -> tuple[float, bool]:
@@ -59,12 +58,11 @@ def steady_rate(run: dict[str, Any], device: str, remaining_steps: int, startup_
     return remaining_steps / max(run["time_s"] - startup_s, 1e-9), False
 
 
-def report(raw: Path) -> dict[str, Any]:
+def report(recording: Recording) -> dict[str, Any]:
     from hetcluster.planner import FittedModels, plan
     from hetcluster.profiling.profile import Profile, to_planner_inputs
 
-    data = read_json(raw)
-    total = read_json(raw.with_suffix(".setting.json"))["total_steps"]
+    data, total = recording.evaluation, recording.total_steps
     profile = Profile.from_dict(data["profile"])
     remaining = total - profile.pretrain_steps
     runs = {frozenset(c["devices"]): c.get("runs") or [] for c in data["configurations"]}
@@ -124,7 +122,7 @@ def report(raw: Path) -> dict[str, Any]:
               for name, error in errors.items() if name != fastest.name and name in window_steps]
     paired = [first_steps[name] for name in first_steps if name != fastest.name and name in window_steps]
     set_members = [member for run in data["profile"].get("runs", []) for member in _set_members(run, runs)]
-    return {"name": f"{raw.parent.parent.name}/{raw.stem}", "lines": lines, "fastest_error": fastest_error,
+    return {"name": recording.label, "lines": lines, "fastest_error": fastest_error,
             "ratio_errors": ratios, "others": others, "best_pair": best_pair, "pair_gains": pair_gains,
             # the fastest device's class (a 'server*2' fleet names its members server-1, server-2);
             # profiles recorded before device_class carry none: the name is the class then
@@ -178,9 +176,10 @@ def _gain_errors(label: str, reports: list[dict[str, Any]]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from", dest="dirs", type=Path, nargs="*", help="result directories (default: all)")
+    parser.add_argument("--from", dest="sources", type=Path, nargs="*",
+                        help=f"the dataset, results folders or folders of them (default: {DATASET})")
     args = parser.parse_args(argv)
-    reports = [report(raw) for raw in repeated_recordings(args.dirs)]
+    reports = [report(recording) for recording in repeated_recordings(args.sources)]
     for r in reports:
         print(r["name"])
         print("\n".join(r["lines"]))

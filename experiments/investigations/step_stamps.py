@@ -21,7 +21,9 @@ runs of one device their own length): a worker's first run beside its later ones
 
 Results: one JSON per run (the RunResult's stamps and rounds; a configuration listed twice in --runs
 keeps both, the second as <label>-2.json) and ``machine.json`` under --out-dir
-(default experiments/results/step_stamps/<name>). Library calls, not the CLI: no command keeps stamps.
+(default experiments/results/step_stamps/<name>, not kept in the repository; one recorded run is test
+data, tests/data/step_stamps/). Library calls, not the CLI: no command keeps stamps. It trains: run it
+with nothing else on the host.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ read a difference against the spread it prints.
     .venv/bin/python -m experiments.investigations.stream_cost --device phone --runs 9
 
 Results: ``rows.json`` (run, power_hz, steps_per_s, mean_step_s) and ``machine.json`` under
---out-dir (default experiments/results/stream_cost/<model>-<device>).
+--out-dir (default experiments/results/stream_cost/<model>-<device>, not kept in the repository). It
+trains: run it with nothing else on the host.
 """
 
 from __future__ import annotations
