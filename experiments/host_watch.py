@@ -1,7 +1,7 @@
 """Other work on the host while an experiment measures: CPU seconds not spent by the experiment.
 
 The emulated devices share this host's cores, so anything else that runs during a recording —
-above all during its short pre-training windows — reads every rate low (docs/experiments.md).
+above all during its short pre-training windows — reads every rate low (docs/experiments.md, "Setup").
 `ForeignCpu` samples, every ``interval_s``, the host's CPU time (psutil.cpu_times) and that of the
 experiment's own processes: this process and its descendants, and every process whose command
 line holds ``marker`` (the fleet's state dir: the agents, started by `cluster up` and re-parented

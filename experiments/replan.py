@@ -19,8 +19,9 @@ revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 (results/choice_accuracy/recordings.parquet, experiments.recordings; --recordings reads another
 dataset or a folder of raw recordings) in one table: summary.csv has a row per objective, one for
 all, and one for "unseen", the recordings whose fleet and model were chosen before any of their
-results were seen; summary.md holds the columns a reader needs as a Markdown table, which the
-headline run (no ablation, default --to) also writes into the README between its markers. --from
+results were seen; summary.md holds its counts as a Markdown table, and the headline run (no
+ablation, default --to) writes that table into docs/experiments.md, and the columns a reader needs
+into the README, between their markers. --from
 re-plans one results folder of experiments.choice_accuracy (DIR/raw/<model>.json, say a recording
 not yet added to the dataset) into DIR/replanned[-without-<ablation>]/raw/ and renders it there as
 choice_accuracy renders its own (CSV tables, figures). Memory fit is not re-applied (the recorded
@@ -154,17 +155,26 @@ def rescore_repeated(recordings: Sequence[Recording], out: Path, without: str | 
     return frames
 
 
-README_TABLE_MARKERS = ("<!-- choice-accuracy table: replanned-repeated/summary.md, written by experiments/replan.py "
-                        "--all-repeated -->", "<!-- end of the choice-accuracy table -->")
+TABLE_MARKERS = ("<!-- choice-accuracy table: from replanned-repeated/summary.csv, written by python -m "
+                 "experiments.replan --all-repeated -->", "<!-- end of the choice-accuracy table -->")
 
 
-def readme_with_table(readme: str, table: str) -> str:
-    """The README with the text between README_TABLE_MARKERS replaced by ``table``, indented like the
-    start marker (the table sits in a list item)."""
-    start, end = README_TABLE_MARKERS
-    if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
-        raise SystemExit(f"the README needs the choice-accuracy table's markers once each: {start} ... {end}")
-    head, rest = readme.split(start)
+def headline_tables(summary: pd.DataFrame) -> dict[Path, str]:
+    """The pages that show the headline, each with its table: the README the columns a reader needs
+    and the reference's rate, docs/experiments.md every column (summary.md's table)."""
+    from experiments.accuracy import README_COLUMNS, markdown_table
+
+    return {ROOT / "README.md": markdown_table(summary, README_COLUMNS, reference=True),
+            ROOT / "docs" / "experiments.md": markdown_table(summary)}
+
+
+def with_table(page: str, table: str) -> str:
+    """``page`` with the text between TABLE_MARKERS replaced by ``table``, indented like the start
+    marker (a table may sit in a list item)."""
+    start, end = TABLE_MARKERS
+    if page.count(start) != 1 or page.count(end) != 1 or page.index(start) > page.index(end):
+        raise SystemExit(f"the page needs the choice-accuracy table's markers once each: {start} ... {end}")
+    head, rest = page.split(start)
     indent = head[head.rfind("\n") + 1:]
     tail = rest.split(end)[1]
     body = "".join(f"{indent}{line}\n" if line else "\n" for line in table.splitlines())
@@ -200,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.to or DATASET.parent / f"replanned-repeated{suffix}").resolve()
         frames = rescore_repeated(load(args.recordings), out, args.without, args.check)
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
-        if args.to is None and args.without is None and args.recordings == DATASET:   # the headline: the README shows it
-            readme = ROOT / "README.md"
-            write_text_atomic(readme, readme_with_table(readme.read_text(), (out / "summary.md").read_text()))
-            log.info("the README's choice-accuracy table now shows %s", out / "summary.md")
+        if args.to is None and args.without is None and args.recordings == DATASET:   # the headline: pages show it
+            for page, table in headline_tables(frames["summary"]).items():
+                write_text_atomic(page, with_table(page.read_text(), table))
+                log.info("the choice-accuracy table of %s now shows %s", page, out / "summary.csv")
         log.info("results in %s", out)
         return 0
     from experiments.choice_accuracy import EXTRA, FULL, REDUCED, render

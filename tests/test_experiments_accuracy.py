@@ -94,6 +94,18 @@ def test_the_markdown_table_gives_each_scope_its_counts_all_first() -> None:
     assert accuracy.markdown_table(summary).splitlines()[2].endswith("| **90.0 %** |")   # sqrt(0.81)
 
 
+def test_the_readme_columns_are_a_choice_of_the_full_table_s_with_the_reference_last() -> None:
+    def cells(table: str) -> list[list[str]]:
+        return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+
+    summary = accuracy.tables(RUNS, 0.7667, {"unseen": ["m2"]})["summary"]
+    full = cells(accuracy.markdown_table(summary))
+    short = cells(accuracy.markdown_table(summary, accuracy.README_COLUMNS, reference=True))
+    kept = [accuracy.MARKDOWN_COLUMNS.index(c) for c in accuracy.README_COLUMNS]
+    assert short[:-1] == [[row[i] for i in kept] for row in full]
+    assert short[-1] == ["reference paper", "", "76.67 %", "", ""]
+
+
 def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
     ev = evaluation({"time": ["a", "b"], "edp": ["b"]}, {"time": 0.02, "edp": 0.2}, 0.1, 0.1)
     ev["objectives"]["time"]["within_noise"] = True

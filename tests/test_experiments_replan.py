@@ -128,25 +128,30 @@ def test_changed_choices_names_the_moved_cases_and_the_recordings_new_or_gone() 
     assert moved.empty and added == removed == []
 
 
-def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
-    start, end = replan.README_TABLE_MARKERS
+def test_the_table_is_replaced_between_its_markers_only() -> None:
+    start, end = replan.TABLE_MARKERS
     readme = f"# title\n- item:\n\n  {start}\n  | old |\n  {end}\n\n  after\n"
-    assert replan.readme_with_table(readme, "| a |\n|---|\n| 1 |\n") == (
+    assert replan.with_table(readme, "| a |\n|---|\n| 1 |\n") == (
         f"# title\n- item:\n\n  {start}\n  | a |\n  |---|\n  | 1 |\n  {end}\n\n  after\n")
-    assert replan.readme_with_table(f"{start}\n{end}\n", "| a |\n") == f"{start}\n| a |\n{end}\n"   # first line
+    assert replan.with_table(f"{start}\n{end}\n", "| a |\n") == f"{start}\n| a |\n{end}\n"   # first line
     with pytest.raises(SystemExit, match="markers once each"):
-        replan.readme_with_table("# no markers\n", "| a |\n")
+        replan.with_table("# no markers\n", "| a |\n")
     with pytest.raises(SystemExit, match="markers once each"):
-        replan.readme_with_table(f"{end}\n{start}\n", "| a |\n")
+        replan.with_table(f"{end}\n{start}\n", "| a |\n")
 
 
-def test_the_readme_shows_the_committed_headline() -> None:
-    """replan.py --all-repeated writes summary.md from summary.csv and the README's table from summary.md:
-    a results commit that skipped either step fails here."""
+def test_the_readme_and_the_experiments_page_show_the_committed_headline() -> None:
+    """replan.py --all-repeated writes summary.md and the pages' tables from summary.csv: a results
+    commit that skipped either step fails here."""
     from experiments import accuracy
 
     out = EXPERIMENTS / "results" / "choice_accuracy" / "replanned-repeated"
-    table = (out / "summary.md").read_text()
-    assert table == accuracy.markdown_table(pd.read_csv(out / "summary.csv"))
-    readme = (EXPERIMENTS.parent / "README.md").read_text()
-    assert replan.readme_with_table(readme, table) == readme
+    summary = pd.read_csv(out / "summary.csv")
+    assert (out / "summary.md").read_text() == accuracy.markdown_table(summary)
+    tables = replan.headline_tables(summary)
+    readme = tables[EXPERIMENTS.parent / "README.md"]
+    assert readme.splitlines()[0] == "| scope | cases | exact | exact where the truth separates its best | against one round |"
+    assert readme.splitlines()[-1].startswith("| reference paper |  | 76.67 % |")
+    assert tables[EXPERIMENTS.parent / "docs" / "experiments.md"] == (out / "summary.md").read_text()
+    for page, table in tables.items():
+        assert replan.with_table(page.read_text(), table) == page.read_text(), page

@@ -39,8 +39,8 @@ def test_a_recorded_pretraining_set_runs_slow_after_its_barrier():
     [first] = step_stamps.duration_bins(result, "server", start_s, 3.0)
     steady = step_stamps.read_run(RECORDED / "server+jetson-tx2+phone.json")
     late = [d for d in step_stamps.duration_bins(steady, "server", step_stamps.free_start_s(steady, True), 3.0)[3:] if d]
-    # what docs/experiments.md reports: 80-171 ms steps after the set's barrier (110 ms on the mean),
-    # 71-87 ms later in a long run of the same set
+    # docs/experiments.md, "A sub-second set window reads its fastest member low": 80-171 ms steps after
+    # the set's barrier (110 ms on the mean), 71-87 ms later in a long run of the same set
     assert first == pytest.approx(0.110, abs=0.005) and 0.070 < min(late) and max(late) < 0.090
 
 

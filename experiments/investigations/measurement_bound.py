@@ -2,11 +2,11 @@
 measurements in place of pre-training's windows, and scored against the other round.
 
 Against one training of every configuration (the reference's way of scoring) the planner is right as
-often as a second training is (the rounds' agreement, docs/experiments.md), while a planner that
-knew each configuration's expected cost would be right in about 90 % of cases. Is the gap the
-pre-training windows (a calibration set measured a median 1.4 s on these short jobs) or
-the truth's own round-to-round noise? Each repeated-truth recording (experiments.recordings) keeps every configuration's trainings, round by round, with each worker's steady
-rate, first step and the training phase's time. So for each scored round k, with o the other round,
+often as a second training is (the rounds' agreement), while a planner that knew each configuration's
+expected cost would be right in about 90 % of cases. Is the gap the pre-training windows (a
+calibration set measured a median 1.4 s on these short jobs) or the truth's own round-to-round noise?
+Each repeated-truth recording (experiments.recordings) keeps every configuration's trainings, round
+by round, with each worker's steady rate, first step and the training phase's time. So for each scored round k, with o the other round,
 the planner can be re-fitted on what round o measured, as if pre-training's windows had lasted a
 whole training phase, and scored against round k (round o's noise is not round k's: no leak).
 
