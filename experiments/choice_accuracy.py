@@ -103,7 +103,7 @@ FULL = (
 )
 # Models run only when --models names them: Inception-v3 takes 75x75 inputs at the least, where a
 # step of batch 4 took 0.16 s on the emulated server, 0.46 s on the jetson-xavier and 0.72 s on the
-# jetson-nano (results/choice_accuracy/full-x2-r2-inception-sxn), too slow for the default set.
+# jetson-nano (the recording full-x2-r2-inception-sxn), too slow for the default set.
 EXTRA = (
     Setting("inception_v3", "75x75x3", 4, 150, pretrain_steps=10, warmup_steps=3),
 )
