@@ -150,29 +150,40 @@ def _percent(value: float | None, digits: int = 1) -> str:
 MARKDOWN_COLUMNS = ("scope", "cases", "exact", "within the truth's noise", "exact where the truth separates its best",
                     "exact where the plan names no near-tie", "best chosen or a named near-tie", "against one round",
                     "rounds agree", "ceiling √(rounds agree)")
+README_COLUMNS = ("scope", "cases", "exact", "exact where the truth separates its best", "against one round")
 
 
-def markdown_table(summary: pd.DataFrame) -> str:
-    """summary_table's counts as a Markdown table for the README: a row for all (bold), each group
-    (e.g. unseen) and each objective, every share with its count; *ceiling* is what a planner that knew
-    every configuration's expected cost would score against one round (sqrt(rounds_agree))."""
+def _cells(scope: str, row: pd.Series) -> dict[str, str]:
+    """Every MARKDOWN_COLUMNS cell of one scope's summary row."""
+    cases, agree = row["cases"], row["rounds_agree"]
+    return {"scope": scope if scope != "edp" else "EDP", "cases": f"{int(cases)}", "exact": _share(row["exact"], cases),
+            "within the truth's noise": _share(row["within_noise"], cases),
+            "exact where the truth separates its best": _share(row["exact_when_separated"], row["separated_cases"],
+                                                               out_of=True),
+            "exact where the plan names no near-tie": _share(row["exact_when_clear"], row["clear_cases"], out_of=True),
+            "best chosen or a named near-tie": _share(row["best_among_near_ties"], cases),
+            "against one round": _percent(row["exact_vs_one_round"]),
+            "rounds agree": _share(agree, cases),
+            "ceiling √(rounds agree)": _percent(None if pd.isna(agree) else agree ** 0.5)}
+
+
+def markdown_table(summary: pd.DataFrame, columns: Sequence[str] = MARKDOWN_COLUMNS, reference: bool = False) -> str:
+    """summary_table's counts as a Markdown table: a row for all (bold), each group (e.g. unseen) and
+    each objective, every share with its count; *ceiling* is what a planner that knew every
+    configuration's expected cost would score against one round (sqrt(rounds_agree)). ``columns``: a
+    choice of MARKDOWN_COLUMNS (README_COLUMNS for the README); ``reference``: a last row with the
+    reference paper's exact rate."""
     rows = summary.set_index("scope")
     scopes = ["all", *[s for s in rows.index if s not in (*OBJECTIVES, "all", REFERENCE_SCOPE)],
               *[o for o in OBJECTIVES if o in rows.index]]
-    lines = ["| " + " | ".join(MARKDOWN_COLUMNS) + " |", "|" + "---|" * len(MARKDOWN_COLUMNS)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for scope in scopes:
-        row = rows.loc[scope]
-        cases = row["cases"]
-        agree = row["rounds_agree"]
-        cells = [scope if scope != "edp" else "EDP", f"{int(cases)}", _share(row["exact"], cases),
-                 _share(row["within_noise"], cases),
-                 _share(row["exact_when_separated"], row["separated_cases"], out_of=True),
-                 _share(row["exact_when_clear"], row["clear_cases"], out_of=True),
-                 _share(row["best_among_near_ties"], cases), _percent(row["exact_vs_one_round"]),
-                 _share(agree, cases), _percent(None if pd.isna(agree) else agree ** 0.5)]
-        if scope == "all":
-            cells = [f"**{c}**" for c in cells]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = _cells(scope, rows.loc[scope])
+        shown = [cells[c] if scope != "all" else f"**{cells[c]}**" for c in columns]
+        lines.append("| " + " | ".join(shown) + " |")
+    if reference and REFERENCE_SCOPE in rows.index:
+        cells = {"scope": REFERENCE_SCOPE, "exact": _percent(rows.loc[REFERENCE_SCOPE, "exact"], 2)}
+        lines.append("| " + " | ".join(cells.get(c, "") for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

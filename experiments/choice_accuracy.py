@@ -20,18 +20,19 @@ experiments/results/choice_accuracy/<full|reduced>/:
                       the fleet's device profiles (share, memory, watts, link: what each device was)
                       and foreign_cpu: CPU seconds other processes took on the host, per 2-s bin, with
                       the kernel's threads', the host's interrupt and stolen seconds and the signed
-                      rest no process holds beside them (host_watch.py);
+                      rest no process holds beside them (experiments/host_watch.py);
                       raw/<model>.setting.json: foreign_cpu_s during its pre-training and its trainings
                       (kernel_cpu_s, interrupt_cpu_s, steal_s and unattributed_cpu_s beside it)
   raw/<model>.json    evaluate's own result; raw/evaluate.log its console output
 
-Usage:  .venv/bin/python experiments/choice_accuracy.py [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
+Usage:  .venv/bin/python -m experiments.choice_accuracy [--reduced] [--models a,b] [--devices a,b,c] [--catalog FILE]
                                                         [--network loopback|shaped]
                                                         [--job-scale K] [--repeats R] [--out-dir DIR]
-        .venv/bin/python experiments/choice_accuracy.py --model-config FILE [--config-batch-size B]
+        .venv/bin/python -m experiments.choice_accuracy --model-config FILE [--config-batch-size B]
                                                         [--config-total-steps N] ...   (a user's own model)
-        .venv/bin/python experiments/choice_accuracy.py --render-only [--reduced]   (tables/figures from raw/)
+        .venv/bin/python -m experiments.choice_accuracy --render-only [--reduced]   (tables/figures from raw/)
 Models already in raw/ are skipped unless --fresh, so an interrupted full run continues where it stopped.
+A finished recording goes into the dataset the headline reads (`python -m experiments.recordings add DIR`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables  # noqa: E402
-from common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json  # noqa: E402
-from hetcluster.emulation.cluster import NETWORK_MODES  # noqa: E402
-from host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between  # noqa: E402
+from experiments.accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables
+from experiments.common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json
+from experiments.host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between
+from hetcluster.emulation.cluster import NETWORK_MODES
 
 log = logging.getLogger("choice_accuracy")
 
@@ -105,7 +103,7 @@ FULL = (
 )
 # Models run only when --models names them: Inception-v3 takes 75x75 inputs at the least, where a
 # step of batch 4 took 0.16 s on the emulated server, 0.46 s on the jetson-xavier and 0.72 s on the
-# jetson-nano (results/choice_accuracy/full-x2-r2-inception-sxn), too slow for the default set.
+# jetson-nano (the recording full-x2-r2-inception-sxn), too slow for the default set.
 EXTRA = (
     Setting("inception_v3", "75x75x3", 4, 150, pretrain_steps=10, warmup_steps=3),
 )

@@ -175,31 +175,33 @@ def case_scopes(cases: Any, columns: Sequence[str] = ("objective", "devices")) -
 
 
 def run_case_experiment(argv: Sequence[str] | None, description: str, out_name: str,
-                        rows_under: Any, summary: Any) -> int:
-    """main() of a re-planning experiment over the recorded choice-accuracy truths: --root (the
-    recordings, <root>/<folder>/raw/<model>.json) and --out (default <root>/<out_name>); writes
-    out/cases.csv (``rows_under(root)``, one row per case), out/summary.csv (``summary(cases)``) and
-    prints the summary."""
+                        rows_of: Any, summary: Any) -> int:
+    """main() of a re-planning experiment over the recorded choice-accuracy truths: --recordings (the
+    dataset, experiments.recordings, or a folder of results folders with raw/) and --out (default
+    results/choice_accuracy/<out_name>); writes out/cases.csv (``rows_of(recordings)``, one row per
+    case), out/summary.csv (``summary(cases)``) and prints the summary."""
     import argparse
 
     import pandas as pd
 
+    from experiments.recordings import DATASET, load
+
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--root", type=Path, default=RESULTS / "choice_accuracy", help="the recordings: <root>/<folder>/raw/<model>.json")
-    parser.add_argument("--out", type=Path, help=f"where summary.csv and cases.csv go (default: <root>/{out_name})")
+    parser.add_argument("--recordings", type=Path, default=DATASET,
+                        help="the dataset, or a folder of results folders (<folder>/raw/<model>.json); default %(default)s")
+    parser.add_argument("--out", type=Path, help=f"where summary.csv and cases.csv go (default: {DATASET.parent / out_name})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    if not args.root.is_dir():
-        raise SystemExit(f"--root {args.root}: no such folder")
+    recordings = load(args.recordings)
     planner_log = logging.getLogger("hetcluster.planner")
     level = planner_log.level
     planner_log.setLevel(logging.ERROR)   # e.g. a class's members differing, once per fit; restored below
     try:
-        cases = pd.DataFrame(rows_under(args.root))
+        cases = pd.DataFrame(rows_of(recordings))
     finally:
         planner_log.setLevel(level)
     table = summary(cases)
-    out = args.out or args.root / out_name
+    out = args.out or DATASET.parent / out_name
     out.mkdir(parents=True, exist_ok=True)
     cases.to_csv(out / "cases.csv", index=False)
     table.to_csv(out / "summary.csv", index=False)

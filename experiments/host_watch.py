@@ -1,7 +1,7 @@
 """Other work on the host while an experiment measures: CPU seconds not spent by the experiment.
 
 The emulated devices share this host's cores, so anything else that runs during a recording —
-above all during its short pre-training windows — reads every rate low (docs/experiments.md).
+above all during its short pre-training windows — reads every rate low (docs/experiments.md, "Setup").
 `ForeignCpu` samples, every ``interval_s``, the host's CPU time (psutil.cpu_times) and that of the
 experiment's own processes: this process and its descendants, and every process whose command
 line holds ``marker`` (the fleet's state dir: the agents, started by `cluster up` and re-parented
@@ -17,36 +17,26 @@ to init) with theirs.
   The heaviest other commands are kept (``heaviest_foreign``), each by its own CPU time, and the
   children no sample saw together under ENDED_CHILDREN.
 - **kernel**: the kernel's threads (kdamond, ksoftirqd, kworker: kthreadd's children), by the same
-  count — about 0.01 CPU s per second here whatever runs, most of it kdamond. The heaviest are kept
-  apart (``heaviest_kernel``); until 2026-11-30 they were listed among the other commands.
+  count — about 0.01 CPU s per second whatever runs, most of it kdamond. The heaviest are kept
+  apart (``heaviest_kernel``).
 - **interrupts** (irq and softirq): charged to no process in /proc/stat, and mostly the fleet's
-  own traffic — gRPC and the parameter server over loopback are served in softirq, about 0.04 s per
-  second of a pre-training here and none on the idle host (/proc/stat, 2026-11-29).
+  own traffic — gRPC and the parameter server over loopback are served in softirq, a few hundredths
+  of a CPU second per second of a pre-training and none on an idle host.
 - **steal**: time the hypervisor gave to other guests.
 - **unattributed**: the host's process time less everything processes spent, signed. It reads
-  negative while the fleet trains: −4.9 CPU s over 120 s of a resnet50 training here (−0.085 s
-  per 2-s bin at the median, 2026-11-29), against 1.0 s of interrupts, 1.3 of kernel threads and
-  0.6 of other work. Two causes: a task's run time holds the interrupts served while it ran, which
-  /proc/stat counts as irq and softirq instead (tick accounting without
-  CONFIG_IRQ_TIME_ACCOUNTING, this host's 6.18-fc kernel) — a fifth of it at most; and, most
-  likely the rest, /proc/stat samples each 4-ms tick, so it misses a task that wakes after a tick
-  and sleeps again before the next, the fleet's many short waits, which the task's own run time
-  counts. A process's last seconds before init or a gone parent reaped it land here too.
-  The tick's sampling, measured on the idle host (`benchmarks/tick_accounting.py`, 12 s a pattern,
-  2026-11-30): a process spinning 0.3 ms between 1-ms sleeps ran 2.80 s by its own run time
-  (schedstat and utime + stime agree) where /proc/stat counted 2.60 (−7 %; −6 % in a first probe);
-  1 ms between 3-ms sleeps, 3.01 against 3.03 (+0.8 %; +3 % in the first probe); a steady spin,
-  12.00 against 12.05 (the idle host's own 0.04). It errs either way with the pattern of waits, as
-  the rest's sign does between recordings (+6.9 to −79.4 CPU s a phase).
+  negative while the fleet trains (a few CPU seconds over minutes of a resnet50 training, beside
+  about as much of interrupts and kernel threads). Two causes: without CONFIG_IRQ_TIME_ACCOUNTING a
+  task's run time holds the interrupts served while it ran, which /proc/stat counts as irq and
+  softirq instead; and /proc/stat samples each tick, so it misses a task that wakes after a tick and
+  sleeps again before the next, the fleet's many short waits, which the task's own run time counts
+  (`benchmarks/tick_accounting.py` measures how far, either way, with the pattern of waits). A
+  process's last seconds before init or a gone parent reaped it land here too.
 
-The record keeps every bin ([end wall time, *BIN_FIELDS]) and the totals. Until 2026-11-29 night,
-"foreign" was the host's process time less ours, clipped at 0 per bin: the difference above came
-off it, so it read low on a busy host (resnet50-xtr: 5.4 CPU s over its whole run, where kdamond
-alone spent 17.9 and the sandbox's agent 5.0), and where ours read low instead, high
-(densenet121-xtr: 57.9, of which its heaviest other commands explained a third). Until the
-evening before, interrupts counted as foreign too, and a reaped server of ours was counted twice.
-Foreign figures recorded before then are the older measure; bins of those records stop after
-steal, and the fields they lack read 0 (host_cpu_between).
+Counting other work from the other processes themselves, rather than as the host's process time
+less ours, keeps both of those out of it: the difference would read low on a busy host and high
+where ours read low. The record keeps every bin ([end wall time, *BIN_FIELDS]) and the totals;
+records of an earlier version, whose bins stop after steal, read 0 for the fields they lack
+(host_cpu_between).
 """
 
 from __future__ import annotations

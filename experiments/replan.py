@@ -1,7 +1,7 @@
 """Re-score today's planner against a recorded ground truth, without training anything again.
 
 `hetcluster evaluate` keeps the whole pre-training profile beside every configuration's measured
-time, power and energy (raw/<model>.json of experiments/choice_accuracy.py). The measurements do
+time, power and energy (raw/<model>.json of experiments.choice_accuracy). The measurements do
 not depend on what the planner predicted — every configuration is trained — so the planner of
 this checkout can re-predict from the same profile and be scored against the same truth: a fair
 before/after for a change to the model, and ablations: --without-startup plans as if
@@ -12,17 +12,20 @@ fitted: a configuration's rate is the sum of its members' solo rates, its power 
 --without-rate-revision with the sets but each device's solo rate as its window read it, not
 revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 
-    .venv/bin/python experiments/replan.py [--from DIR] [--to DIR] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
-    .venv/bin/python experiments/replan.py --all-repeated [--without-sets | --without-rate-revision]   # the headline over every repeated truth
+    .venv/bin/python -m experiments.replan --all-repeated [--without-sets | --without-rate-revision]   # the headline
+    .venv/bin/python -m experiments.replan --from DIR [--to DIR] [--check] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
 
---all-repeated's summary.csv has a row per objective, one for all, and one for "unseen": the recordings
-listed in results/choice_accuracy/unseen.txt, whose fleet and model were chosen before any of their results
-were seen; summary.md holds its counts as a Markdown table, which the headline run (no ablation, default
---to) also writes into the README between its markers. DIR defaults to
-experiments/results/choice_accuracy/full; the re-planned results go to
-<from>/replanned[-without-<ablation>]/raw/ and are rendered there like choice_accuracy.py renders its
-own (CSV tables, figures). Memory fit is not re-applied (the recorded jobs fit every device;
-an evaluation whose predictions cannot be reproduced says so: see --check).
+--all-repeated re-scores every counted repeated-truth recording of the dataset
+(results/choice_accuracy/recordings.parquet, experiments.recordings; --recordings reads another
+dataset or a folder of raw recordings) in one table: summary.csv has a row per objective, one for
+all, and one for "unseen", the recordings whose fleet and model were chosen before any of their
+results were seen; summary.md holds its counts as a Markdown table, and the headline run (no
+ablation, default --to) writes that table into docs/experiments.md, and the columns a reader needs
+into the README, between their markers. --from
+re-plans one results folder of experiments.choice_accuracy (DIR/raw/<model>.json, say a recording
+not yet added to the dataset) into DIR/replanned[-without-<ablation>]/raw/ and renders it there as
+choice_accuracy renders its own (CSV tables, figures). Memory fit is not re-applied (the recorded
+jobs fit every device; an evaluation whose predictions cannot be reproduced says so: see --check).
 """
 
 from __future__ import annotations
@@ -32,15 +35,13 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import RESULTS, ROOT, read_json, write_json  # noqa: E402
-from hetcluster.fileio import write_text_atomic  # noqa: E402
+from experiments.common import ROOT, write_json
+from experiments.recordings import DATASET, Recording, in_folder, load
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger("replan")
 
@@ -91,44 +92,15 @@ def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float
                for c in new["configurations"])
 
 
-def replan_file(result: Path, without: str | None = None, check: bool = False,
-                repeated_only: bool = False) -> tuple[dict, dict] | None:
-    """(setting, re-planned evaluation) of one recorded raw/<model>.json; None when the recording
-    predates evaluate keeping the whole profile, or with repeated_only when its truth was trained
-    once (skipped before planning). check: fail unless the predictions reproduce."""
-    evaluation = read_json(result)
-    if "format_version" not in evaluation.get("profile", {}):
-        log.warning("skipping %s: recorded before evaluate kept the whole profile", result)
-        return None
-    if repeated_only and not repeated_truth(evaluation):
-        return None
-    setting = read_json(result.with_suffix(".setting.json"))
-    new = replan(evaluation, int(setting["total_steps"]), without=without)
-    change = largest_prediction_change(evaluation, new)
-    log.info("%s: largest change of a predicted time %.2f %%", result, 100 * change)
+def replan_recording(recording: Recording, without: str | None = None, check: bool = False) -> dict[str, Any]:
+    """The re-planned evaluation of one recording with a whole profile. check: fail unless the
+    predictions reproduce the recorded ones."""
+    new = replan(recording.evaluation, recording.total_steps, without=without)
+    change = largest_prediction_change(recording.evaluation, new)
+    log.info("%s: largest change of a predicted time %.2f %%", recording.label, 100 * change)
     if check and change > 1e-6:
-        raise SystemExit(f"{result}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
-    return setting, new
-
-
-def recordings(raw_dir: Path) -> list[Path]:
-    """The evaluations (raw/<model>.json beside its .setting.json) of one results folder."""
-    return [r for r in sorted(raw_dir.glob("*.json"))
-            if not r.name.endswith(".setting.json") and r.with_suffix(".setting.json").exists()]
-
-
-def repeated_truth(evaluation: dict[str, Any]) -> bool:
-    """Whether every configuration of an evaluation was trained more than once."""
-    return all(len(c.get("repeats", [])) > 1 for c in evaluation["configurations"])
-
-
-def unseen_folders(root: Path) -> set[str]:
-    """The recording folders listed in root/unseen.txt (one per line, # comments): those whose fleet
-    and model were chosen before any of their results were seen. None listed without the file."""
-    listing = root / "unseen.txt"
-    if not listing.exists():
-        return set()
-    return {line.strip() for line in listing.read_text().splitlines() if line.strip() and not line.startswith("#")}
+        raise SystemExit(f"{recording.label}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
+    return new
 
 
 CHOICE_KEY = ["model", "objective"]
@@ -150,29 +122,25 @@ def changed_choices(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataF
     return moved, added, removed
 
 
-def rescore_repeated(root: Path, out: Path, without: str | None = None, check: bool = False) -> dict[str, Any]:
-    """Today's planner on every repeated-truth recording under root/<folder>/raw/, in one table
-    (rows labelled <folder>/<model>): the headline accuracy over all of them, and over the unseen
-    ones (root/unseen.txt) as the summary's scope "unseen". Where out holds an earlier choices.csv, logs
-    the recordings it lacked and every earlier case whose choice changed (changed_choices)."""
-    from accuracy import markdown_table, plot_accuracy, tables
-    from common import REFERENCE_EXACT_RATE
+def rescore_repeated(recordings: Sequence[Recording], out: Path, without: str | None = None,
+                     check: bool = False) -> dict[str, Any]:
+    """Today's planner on every recording the headline scores (Recording.scored: counted, a whole
+    profile and a repeated truth), in one table (rows labelled <folder>/<model>): the accuracy over
+    all of them, and over the unseen ones as the summary's scope "unseen". Where out holds an earlier
+    choices.csv, logs the recordings it lacked and every earlier case whose choice changed
+    (changed_choices)."""
+    from experiments.accuracy import markdown_table, plot_accuracy, tables
+    from experiments.common import REFERENCE_EXACT_RATE
 
-    runs, folder_of = [], {}
-    for folder in sorted(f for f in root.iterdir() if (f / "raw").is_dir()):
-        for result in recordings(folder / "raw"):
-            replanned = replan_file(result, without, check, repeated_only=True)
-            if replanned is not None:
-                label = f"{folder.name}/{result.stem}"
-                runs.append((label, *replanned))
-                folder_of[label] = folder.name
-    if not runs:
-        raise SystemExit(f"no repeated-truth evaluation with a whole profile under {root}")
-    unseen = unseen_folders(root)
-    unknown = unseen - set(folder_of.values())
-    if unknown:
-        raise SystemExit(f"{root / 'unseen.txt'} lists folders with no repeated-truth recording: {', '.join(sorted(unknown))}")
-    groups = {"unseen": [label for label, folder in folder_of.items() if folder in unseen]} if unseen else {}
+    scored = [r for r in recordings if r.scored]
+    if not scored:
+        raise SystemExit("no counted repeated-truth recording with a whole profile")
+    unscorable = sorted(r.label for r in recordings if r.unseen and not r.scored)
+    if unscorable:
+        raise SystemExit(f"recordings marked unseen that the headline cannot score: {', '.join(unscorable)}")
+    runs = [(r.label, r.setting, replan_recording(r, without, check)) for r in scored]
+    unseen = [r.label for r in scored if r.unseen]
+    groups = {"unseen": unseen} if unseen else {}
     frames = tables(runs, REFERENCE_EXACT_RATE, groups)
     if (out / "choices.csv").exists():   # what changed since the table this folder held
         moved, added, removed = changed_choices(pd.read_csv(out / "choices.csv"), frames["choices"])
@@ -187,17 +155,26 @@ def rescore_repeated(root: Path, out: Path, without: str | None = None, check: b
     return frames
 
 
-README_TABLE_MARKERS = ("<!-- choice-accuracy table: replanned-repeated/summary.md, written by experiments/replan.py "
-                        "--all-repeated -->", "<!-- end of the choice-accuracy table -->")
+TABLE_MARKERS = ("<!-- choice-accuracy table: from replanned-repeated/summary.csv, written by python -m "
+                 "experiments.replan --all-repeated -->", "<!-- end of the choice-accuracy table -->")
 
 
-def readme_with_table(readme: str, table: str) -> str:
-    """The README with the text between README_TABLE_MARKERS replaced by ``table``, indented like the
-    start marker (the table sits in a list item)."""
-    start, end = README_TABLE_MARKERS
-    if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
-        raise SystemExit(f"the README needs the choice-accuracy table's markers once each: {start} ... {end}")
-    head, rest = readme.split(start)
+def headline_tables(summary: pd.DataFrame) -> dict[Path, str]:
+    """The pages that show the headline, each with its table: the README the columns a reader needs
+    and the reference's rate, docs/experiments.md every column (summary.md's table)."""
+    from experiments.accuracy import README_COLUMNS, markdown_table
+
+    return {ROOT / "README.md": markdown_table(summary, README_COLUMNS, reference=True),
+            ROOT / "docs" / "experiments.md": markdown_table(summary)}
+
+
+def with_table(page: str, table: str) -> str:
+    """``page`` with the text between TABLE_MARKERS replaced by ``table``, indented like the start
+    marker (a table may sit in a list item)."""
+    start, end = TABLE_MARKERS
+    if page.count(start) != 1 or page.count(end) != 1 or page.index(start) > page.index(end):
+        raise SystemExit(f"the page needs the choice-accuracy table's markers once each: {start} ... {end}")
+    head, rest = page.split(start)
     indent = head[head.rfind("\n") + 1:]
     tail = rest.split(end)[1]
     body = "".join(f"{indent}{line}\n" if line else "\n" for line in table.splitlines())
@@ -206,11 +183,15 @@ def readme_with_table(readme: str, table: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--from", dest="source", type=Path, default=RESULTS / "choice_accuracy" / "full")
-    parser.add_argument("--to", type=Path, help="default: <from>/replanned[-without-<ablation>]")
-    parser.add_argument("--all-repeated", action="store_true",
-                        help="every repeated-truth run under results/choice_accuracy in one table "
-                             "(default --to: results/choice_accuracy/replanned-repeated[-without-<ablation>])")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--all-repeated", action="store_true",
+                        help="every counted repeated-truth recording in one table (default --to: "
+                             "results/choice_accuracy/replanned-repeated[-without-<ablation>])")
+    source.add_argument("--from", dest="source", type=Path,
+                        help="a results folder of experiments.choice_accuracy (DIR/raw/<model>.json)")
+    parser.add_argument("--recordings", type=Path, default=DATASET,
+                        help="with --all-repeated: the dataset, or a folder of results folders (default: %(default)s)")
+    parser.add_argument("--to", type=Path, help="where the results go")
     ablation = parser.add_mutually_exclusive_group()
     ablation.add_argument("--without-startup", dest="without", action="store_const", const="startup",
                           help="plan without the measured start-up (ablation)")
@@ -226,29 +207,27 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     suffix = f"-without-{args.without}" if args.without else ""
     if args.all_repeated:
-        root = RESULTS / "choice_accuracy"
-        out = (args.to or root / f"replanned-repeated{suffix}").resolve()
-        frames = rescore_repeated(root, out, args.without, args.check)
+        out = (args.to or DATASET.parent / f"replanned-repeated{suffix}").resolve()
+        frames = rescore_repeated(load(args.recordings), out, args.without, args.check)
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
-        if args.to is None and args.without is None:   # the headline: the README shows its table
-            readme = ROOT / "README.md"
-            write_text_atomic(readme, readme_with_table(readme.read_text(), (out / "summary.md").read_text()))
-            log.info("the README's choice-accuracy table now shows %s", out / "summary.md")
+        if args.to is None and args.without is None and args.recordings == DATASET:   # the headline: pages show it
+            for page, table in headline_tables(frames["summary"]).items():
+                write_text_atomic(page, with_table(page.read_text(), table))
+                log.info("the choice-accuracy table of %s now shows %s", page, out / "summary.csv")
         log.info("results in %s", out)
         return 0
-    from choice_accuracy import EXTRA, FULL, REDUCED, render
+    from experiments.choice_accuracy import EXTRA, FULL, REDUCED, render
 
     settings = {s.model: s for s in FULL + REDUCED + EXTRA}
     out = (args.to or args.source / f"replanned{suffix}").resolve()
     done = []
-    for result in recordings(args.source / "raw"):
-        replanned = replan_file(result, args.without, args.check)
-        if replanned is None:
+    for recording in in_folder(args.source):
+        if not recording.whole_profile:
+            log.warning("skipping %s: recorded before evaluate kept the whole profile", recording.label)
             continue
-        setting, new = replanned
-        write_json(out / "raw" / result.name, new)
-        write_json(out / "raw" / result.with_suffix(".setting.json").name, setting)
-        done.append(settings[result.stem])
+        write_json(out / "raw" / f"{recording.model}.json", replan_recording(recording, args.without, args.check))
+        write_json(out / "raw" / f"{recording.model}.setting.json", recording.setting)
+        done.append(settings[recording.model])
     if not done:
         raise SystemExit(f"no evaluation with a whole profile in {args.source / 'raw'}")
     frames = render(out, tuple(done))

@@ -5,7 +5,7 @@ for the reduced configuration, HETCLUSTER_EXPERIMENTS_OUT for another results fo
 is no injected parameters cell to keep in sync. The kernel is "python3" as launched by
 jupyter_client, which runs it with this interpreter (sys.executable), i.e. the venv's.
 
-Usage: .venv/bin/python experiments/run_notebook.py NAME [--reduced] [--in-place] [--out-dir DIR]
+Usage: .venv/bin/python -m experiments.run_notebook NAME [--reduced] [--in-place] [--out-dir DIR]
   NAME: compare_preferences, choice_accuracy or memory_capacity.
   --in-place writes the executed notebook (with its outputs) back over experiments/NAME.ipynb.
 """
@@ -57,7 +57,6 @@ def main() -> int:
     parser.add_argument("--in-place", action="store_true")
     parser.add_argument("--out-dir", type=Path, help="results folder (default: experiments/results/<name>/<config>)")
     args = parser.parse_args()
-    sys.path.insert(0, str(EXPERIMENTS.parent))
     env = {"HETCLUSTER_EXPERIMENTS_REDUCED": "1" if args.reduced else "0"}
     if args.out_dir:
         env["HETCLUSTER_EXPERIMENTS_OUT"] = str(args.out_dir.resolve())

@@ -1,7 +1,7 @@
 """Write the user models of the experiments: tf_keras configs that no part of hetcluster was developed
 on, for `choice_accuracy.py --model-config` (and `hetcluster ... --model-config`).
 
-    .venv/bin/python experiments/user_models.py      # writes experiments/models/<name>.json
+    .venv/bin/python -m experiments.user_models      # writes experiments/models/<name>.json
 
 dense_head_cnn: two conv/pool blocks and a 4096x256 dense head, 1.07 M parameters (4.3 MB of float32
 variables that every step pulls from and pushes to the parameter server), where the registry's

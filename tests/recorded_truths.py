@@ -1,12 +1,13 @@
-"""Shared by the tests of the re-planning experiments (replan, set_value, measurement_bound): a
-results root holding copies of committed choice-accuracy recordings."""
+"""Shared by the tests of the re-planning experiments (replan, set_value, measurement_bound, solo_rates):
+copies of a few choice-accuracy recordings, kept as test data in tests/data/choice_accuracy/ (the
+layout experiments.choice_accuracy writes: <folder>/raw/<model>.json beside its .setting.json)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "choice_accuracy"
+RESULTS = Path(__file__).resolve().parent / "data" / "choice_accuracy"
 
 
 def copy_recordings(root: Path, recordings: tuple[tuple[str, str], ...]) -> Path:

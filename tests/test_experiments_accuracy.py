@@ -8,17 +8,14 @@ writes the CSVs and PNGs from a raw/ folder like a real run leaves.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiments import accuracy, choice_accuracy
 
-import accuracy  # noqa: E402
-import choice_accuracy  # noqa: E402
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def metrics(time_s: float, power_w: float) -> dict[str, float]:
@@ -95,6 +92,18 @@ def test_the_markdown_table_gives_each_scope_its_counts_all_first() -> None:
     summary.loc[summary["scope"] == "all", ["separated_cases", "exact_when_separated", "rounds_agree"]] = [4, 0.75, 0.81]
     assert "| **3 of 4 (75 %)** |" in accuracy.markdown_table(summary).splitlines()[2]
     assert accuracy.markdown_table(summary).splitlines()[2].endswith("| **90.0 %** |")   # sqrt(0.81)
+
+
+def test_the_readme_columns_are_a_choice_of_the_full_table_s_with_the_reference_last() -> None:
+    def cells(table: str) -> list[list[str]]:
+        return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+
+    summary = accuracy.tables(RUNS, 0.7667, {"unseen": ["m2"]})["summary"]
+    full = cells(accuracy.markdown_table(summary))
+    short = cells(accuracy.markdown_table(summary, accuracy.README_COLUMNS, reference=True))
+    kept = [accuracy.MARKDOWN_COLUMNS.index(c) for c in accuracy.README_COLUMNS]
+    assert short[:-1] == [[row[i] for i in kept] for row in full]
+    assert short[-1] == ["reference paper", "", "76.67 %", "", ""]
 
 
 def test_within_noise_rate_counts_the_objectives_that_measured_it() -> None:
@@ -174,7 +183,7 @@ def test_unknown_model_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_full_configuration_has_five_models_on_three_platforms() -> None:
-    from common import PLATFORMS
+    from experiments.common import PLATFORMS
 
     assert len({s.model for s in choice_accuracy.FULL}) == 5
     assert PLATFORMS == ("server", "jetson-nano", "phone")
@@ -250,7 +259,7 @@ def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_a
 
 def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
     # the `up` fails when another run's fleet is up in the same state dir: a `down` then would stop it
-    import common
+    from experiments import common
 
     calls = []
 
@@ -330,7 +339,7 @@ def _machine_record_of_a_finished_run(tmp_path: Path, *args, **kwargs) -> dict:
 
 
 def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
-    import common
+    from experiments import common
 
     calls = []
     monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))
@@ -344,7 +353,7 @@ def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
 
 
 def test_a_shaped_fleet_is_asked_of_cluster_up_named_in_the_results_and_recorded(tmp_path, monkeypatch):
-    import common
+    from experiments import common
 
     calls = []
     monkeypatch.setattr(common, "run_cli", lambda args, log_path=None: calls.append(args))

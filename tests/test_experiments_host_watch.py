@@ -9,16 +9,11 @@ import subprocess
 import sys
 import time
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import choice_accuracy  # noqa: E402
-import host_watch  # noqa: E402
-from host_watch import ForeignCpu, host_cpu_between  # noqa: E402
+from experiments import choice_accuracy, host_watch
+from experiments.host_watch import ForeignCpu, host_cpu_between
 
 # every process of another test running beside these would be someone else's work to them
 pytestmark = pytest.mark.serial

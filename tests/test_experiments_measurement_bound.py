@@ -1,22 +1,17 @@
-"""experiments/measurement_bound.py: the planner fed one training round's own measurements in place
-of pre-training's windows, scored against the other round, on a committed recording (residual CNN on
-four devices of the third catalog)."""
+"""experiments/investigations/measurement_bound.py: the planner fed one training round's own
+measurements in place of pre-training's windows, scored against the other round, on a recorded truth
+(residual CNN on four devices of the third catalog)."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from recorded_truths import RESULTS, copy_recordings
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import measurement_bound  # noqa: E402
-import replan  # noqa: E402
+from experiments import replan
+from experiments.investigations import measurement_bound
 
 FOLDER, MODEL, TOTAL_STEPS = "full-x2-r2-residual-untuned3-4", "residual_l2_cnn", 600
 RECORDING = RESULTS / FOLDER / "raw" / f"{MODEL}.json"
@@ -32,7 +27,7 @@ def cases(tmp_path_factory) -> pd.DataFrame:
     root = copy_recordings(tmp_path_factory.mktemp("recordings"),
                            ((FOLDER, MODEL), ("full-x4-r2-5dev", "small_cnn")))   # with worker rates, without
     out = root / "out"
-    assert measurement_bound.main(["--root", str(root), "--out", str(out)]) == 0
+    assert measurement_bound.main(["--recordings", str(root), "--out", str(out)]) == 0
     assert (out / "summary.csv").exists()
     return pd.read_csv(out / "cases.csv")
 

@@ -9,16 +9,12 @@ that runs but produces nothing still fails.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-from run_notebook import execute  # noqa: E402
+from experiments.run_notebook import execute
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -49,8 +45,8 @@ def test_memory_capacity_notebook_scheduler_fits_at_least_plain(tmp_path: Path) 
 
 
 def test_choice_accuracy_notebook_renders_results(tmp_path: Path) -> None:
-    import choice_accuracy
-    from common import machine_info
+    from experiments import choice_accuracy
+    from experiments.common import machine_info
     from test_experiments_accuracy import write_raw_results
 
     choice_accuracy.render(tmp_path, write_raw_results(tmp_path))

@@ -1,24 +1,23 @@
 """experiments/replan.py: today's planner re-scored on a recorded ground truth, and its ablations.
 
-Uses a committed recording (the five-device run: profile + 31 configurations each trained twice),
-so the re-planning path is checked on what a real run left, not on a hand-made dict.
+Uses a recording kept as test data (the five-device run: profile + 31 configurations each trained
+twice), so the re-planning path is checked on what a real run left, not on a hand-made dict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from recorded_truths import RESULTS, copy_recordings
+
+from experiments import recordings, replan
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import replan  # noqa: E402
-
-RECORDING = EXPERIMENTS / "results" / "choice_accuracy" / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
+RECORDING = RESULTS / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
 
 
 @pytest.fixture(scope="module")
@@ -86,27 +85,30 @@ def test_repeated_truth_is_scored_for_separation(recorded) -> None:
 
 
 def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path, caplog) -> None:
-    from recorded_truths import copy_recordings
-
     copy_recordings(tmp_path / "root", (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")))   # twice-, once-trained
-    frames = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
+    found = recordings.load(tmp_path / "root")
+    assert [r.label for r in found] == ["full/small_cnn", "full-x4-r2-5dev/small_cnn"]   # by folder name
+    frames = replan.rescore_repeated(found, tmp_path / "out")
     assert set(frames["choices"]["model"]) == {"full-x4-r2-5dev/small_cnn"}   # the once-trained truth is left out
     summary = frames["summary"].set_index("scope")
     assert summary.loc["all", "cases"] == 4 and summary.loc["all", "separated_cases"] == 4
     assert summary.loc["all", "exact"] == pytest.approx(1.0)
-    assert "unseen" not in summary.index   # no unseen.txt: no such scope
+    assert "unseen" not in summary.index   # no recording marked unseen: no such scope
     assert (tmp_path / "out" / "summary.csv").exists() and (tmp_path / "out" / "accuracy.png").exists()
     assert (tmp_path / "out" / "summary.md").read_text().splitlines()[2].startswith("| **all** | **4** | **4 (100 %)** |")
 
-    (tmp_path / "root" / "unseen.txt").write_text("# chosen before any result was seen\nfull-x4-r2-5dev\n")
+    once, repeated = found
+    marked = [dataclasses.replace(repeated, unseen=True), once]
     with caplog.at_level("INFO", logger="replan"):
-        summary = replan.rescore_repeated(tmp_path / "root", tmp_path / "out")["summary"].set_index("scope")
+        summary = replan.rescore_repeated(marked, tmp_path / "out")["summary"].set_index("scope")
     assert "recordings new none, gone none; 0 earlier choices changed" in caplog.text   # against the first table
     assert summary.loc["unseen", "cases"] == 4 and summary.loc["unseen", "exact"] == pytest.approx(1.0)
 
-    (tmp_path / "root" / "unseen.txt").write_text("full-x4-r2-5dev\nfull-x4-r2-typo\n")
-    with pytest.raises(SystemExit, match="no repeated-truth recording: full-x4-r2-typo"):
-        replan.rescore_repeated(tmp_path / "root", tmp_path / "out")
+    with pytest.raises(SystemExit, match="marked unseen that the headline cannot score: full/small_cnn"):
+        replan.rescore_repeated([repeated, dataclasses.replace(once, unseen=True)], tmp_path / "out")
+    left_out = [dataclasses.replace(repeated, left_out="other work beside its pre-training"), once]
+    with pytest.raises(SystemExit, match="no counted repeated-truth recording"):
+        replan.rescore_repeated(left_out, tmp_path / "out")
 
 
 def test_changed_choices_names_the_moved_cases_and_the_recordings_new_or_gone() -> None:
@@ -126,25 +128,30 @@ def test_changed_choices_names_the_moved_cases_and_the_recordings_new_or_gone() 
     assert moved.empty and added == removed == []
 
 
-def test_the_readme_table_is_replaced_between_its_markers_only() -> None:
-    start, end = replan.README_TABLE_MARKERS
+def test_the_table_is_replaced_between_its_markers_only() -> None:
+    start, end = replan.TABLE_MARKERS
     readme = f"# title\n- item:\n\n  {start}\n  | old |\n  {end}\n\n  after\n"
-    assert replan.readme_with_table(readme, "| a |\n|---|\n| 1 |\n") == (
+    assert replan.with_table(readme, "| a |\n|---|\n| 1 |\n") == (
         f"# title\n- item:\n\n  {start}\n  | a |\n  |---|\n  | 1 |\n  {end}\n\n  after\n")
-    assert replan.readme_with_table(f"{start}\n{end}\n", "| a |\n") == f"{start}\n| a |\n{end}\n"   # first line
+    assert replan.with_table(f"{start}\n{end}\n", "| a |\n") == f"{start}\n| a |\n{end}\n"   # first line
     with pytest.raises(SystemExit, match="markers once each"):
-        replan.readme_with_table("# no markers\n", "| a |\n")
+        replan.with_table("# no markers\n", "| a |\n")
     with pytest.raises(SystemExit, match="markers once each"):
-        replan.readme_with_table(f"{end}\n{start}\n", "| a |\n")
+        replan.with_table(f"{end}\n{start}\n", "| a |\n")
 
 
-def test_the_readme_shows_the_committed_headline() -> None:
-    """replan.py --all-repeated writes summary.md from summary.csv and the README's table from summary.md:
-    a results commit that skipped either step fails here."""
-    import accuracy
+def test_the_readme_and_the_experiments_page_show_the_committed_headline() -> None:
+    """replan.py --all-repeated writes summary.md and the pages' tables from summary.csv: a results
+    commit that skipped either step fails here."""
+    from experiments import accuracy
 
     out = EXPERIMENTS / "results" / "choice_accuracy" / "replanned-repeated"
-    table = (out / "summary.md").read_text()
-    assert table == accuracy.markdown_table(pd.read_csv(out / "summary.csv"))
-    readme = (EXPERIMENTS.parent / "README.md").read_text()
-    assert replan.readme_with_table(readme, table) == readme
+    summary = pd.read_csv(out / "summary.csv")
+    assert (out / "summary.md").read_text() == accuracy.markdown_table(summary)
+    tables = replan.headline_tables(summary)
+    readme = tables[EXPERIMENTS.parent / "README.md"]
+    assert readme.splitlines()[0] == "| scope | cases | exact | exact where the truth separates its best | against one round |"
+    assert readme.splitlines()[-1].startswith("| reference paper |  | 76.67 % |")
+    assert tables[EXPERIMENTS.parent / "docs" / "experiments.md"] == (out / "summary.md").read_text()
+    for page, table in tables.items():
+        assert replan.with_table(page.read_text(), table) == page.read_text(), page

@@ -1,22 +1,17 @@
-"""experiments/set_value.py: the planner's choices with fewer of the recorded calibration sets, and
-with a second set picked after a first plan, on a committed recording (the five-device run)."""
+"""experiments/investigations/set_value.py: the planner's choices with fewer of the recorded calibration
+sets, and with a second set picked after a first plan, on a recorded truth (the five-device run)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from recorded_truths import RESULTS, copy_recordings
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import replan  # noqa: E402
-import set_value  # noqa: E402
+from experiments import replan
+from experiments.investigations import set_value
 
 RECORDING = RESULTS / "full-x4-r2-5dev" / "raw" / "small_cnn.json"
 
@@ -30,7 +25,7 @@ def cases(tmp_path_factory) -> pd.DataFrame:
     root = copy_recordings(tmp_path_factory.mktemp("recordings"),
                            (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")))   # twice-trained, once-trained
     out = root / "out"
-    assert set_value.main(["--root", str(root), "--out", str(out)]) == 0
+    assert set_value.main(["--recordings", str(root), "--out", str(out)]) == 0
     assert (out / "summary.csv").exists()
     return pd.read_csv(out / "cases.csv").set_index("objective")
 

@@ -1,24 +1,17 @@
-"""experiments/solo_rates.py on committed recordings: one whose evaluation kept each run's steady
-rates and pooled the fastest device's two solo windows, and one from before either."""
+"""experiments/investigations/solo_rates.py on recorded truths: one whose evaluation kept each run's
+steady rates and pooled the fastest device's two solo windows, and one from before either."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from recorded_truths import RESULTS
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import solo_rates  # noqa: E402
-
-RESULTS = EXPERIMENTS / "results" / "choice_accuracy"
+from experiments.investigations import solo_rates
 
 
 def test_a_recording_with_steady_rates_and_two_windows_is_read_as_measured():
-    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
-    report = solo_rates.report(raw)
+    [recording] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    report = solo_rates.report(recording)
     [server] = [line for line in report["lines"] if line.strip().startswith("server ")]
     # both windows and the pooled figure; the trainings' own steady rates (no estimate mark)
     assert "1.32 / 1.63 (pooled 1.46)" in server and "trained 1.82, 1.83" in server and "~" not in server
@@ -28,8 +21,8 @@ def test_a_recording_with_steady_rates_and_two_windows_is_read_as_measured():
 
 
 def test_an_older_recording_estimates_the_steady_rate_from_the_measured_start_up():
-    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-densenet121-str"])
-    report = solo_rates.report(raw)
+    [recording] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-densenet121-str"])
+    report = solo_rates.report(recording)
     [server] = [line for line in report["lines"] if line.strip().startswith("server ")]
     assert "trained ~" in server and "(pooled" not in server
     # 160 steps in 71.6 s less the 13.1 s start-up: ~2.73 steps/s against the window's 4.10
@@ -37,10 +30,10 @@ def test_an_older_recording_estimates_the_steady_rate_from_the_measured_start_up
 
 
 def test_the_fastest_devices_best_partner_is_scored_on_the_whole_job():
-    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
-    partner, trained, predicted = solo_rates.report(raw)["best_pair"]
+    [recording] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    partner, trained, predicted = solo_rates.report(recording)["best_pair"]
     # server+jetson-xavier trained 4.2 % faster than the server alone (mean whole-job times of the
-    # two rounds); the planner of 2026-11-26 predicted 6.1 % — a gain, from the plan, not the truth
+    # two rounds); the planner predicts a gain too, from the plan, not the truth
     assert partner == "jetson-xavier"
     assert trained == pytest.approx(-0.0423, abs=0.001)
     assert -0.09 < predicted < -0.03 and predicted != pytest.approx(trained, abs=0.005)
@@ -49,8 +42,8 @@ def test_the_fastest_devices_best_partner_is_scored_on_the_whole_job():
 def test_every_partner_of_the_fastest_is_scored_and_the_best_is_one_of_them():
     """The best partner is picked by the trainings it is scored against; every partner's error is
     kept beside it so the summary can tell that selection from a bias of the planner."""
-    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
-    report = solo_rates.report(raw)
+    [recording] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-vgg16-sxn"])
+    report = solo_rates.report(recording)
     gains = report["pair_gains"]
     assert report["fastest_class"] == "server"
     assert sorted(g[0] for g in gains) == ["jetson-nano", "jetson-xavier"]
@@ -76,7 +69,8 @@ def test_a_long_window_with_its_completions_is_also_read_over_its_first_steps(tm
     nano["solo_window_ends_s"] = [ends]
     raw.write_text(json.dumps(data))
 
-    report = solo_rates.report(raw)
+    [recording] = solo_rates.repeated_recordings([folder])
+    report = solo_rates.report(recording)
     trained = solo_rates.statistics.fmean(
         solo_rates.steady_rate(r, "jetson-nano", 0, 0.0)[0]
         for c in data["configurations"] if c["devices"] == ["jetson-nano"] for r in c["runs"])
@@ -90,7 +84,7 @@ def test_a_long_window_with_its_completions_is_also_read_over_its_first_steps(tm
     # windows of 8 steps or fewer, and recordings without completions, are not paired
     nano["solo_window_ends_s"] = [ends[:8]]
     raw.write_text(json.dumps(data))
-    assert solo_rates.report(raw)["paired"] == []
+    assert solo_rates.report(*solo_rates.repeated_recordings([folder]))["paired"] == []
 
 
 def test_each_member_of_a_calibration_set_is_read_against_the_same_configurations_trainings():
@@ -109,9 +103,9 @@ def test_each_member_of_a_calibration_set_is_read_against_the_same_configuration
     assert solo_rates._set_members(run, {frozenset(["phone", "rpi4"]): pair[:1]}) == []
 
 
-def test_the_summary_reads_the_set_members_of_a_committed_recording(capsys):
-    [raw] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-smallcnn-xrr"])
-    members = solo_rates.report(raw)["set_members"]
+def test_the_summary_reads_the_set_members_of_a_recorded_truth(capsys):
+    [recording] = solo_rates.repeated_recordings([RESULTS / "full-x2-r2-smallcnn-xrr"])
+    members = solo_rates.report(recording)["set_members"]
     # three sets: jetson-xavier+rpi4-1+rpi4-2, jetson-xavier+rpi4-1, rpi4-1+rpi4-2; seven members
     assert len(members) == 7 and all(steps > 0 for steps, _ in members)
     assert solo_rates.main(["--from", str(RESULTS / "full-x2-r2-smallcnn-xrr")]) == 0

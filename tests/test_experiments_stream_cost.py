@@ -1,17 +1,11 @@
-"""experiments/stream_cost.py: a run's rate past its warm-up, the two conditions' runs, bad arguments."""
+"""experiments/investigations/stream_cost.py: a run's rate past its warm-up, the two conditions' runs, bad arguments."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-
-import stream_cost  # noqa: E402
-
-from hetcluster.training.spec import RunResult  # noqa: E402
+from experiments.investigations import stream_cost
+from hetcluster.training.spec import RunResult
 
 
 def test_rate_counts_from_the_first_step_past_the_warmup():

@@ -21,8 +21,7 @@ from hetcluster.profiling.profile import Profile, to_planner_inputs
 from hetcluster.errors import ProfileError
 
 TRACE = Path(__file__).parent / "data" / "planner" / "synthetic_contention_trace.csv"
-RESNET50_SXR = (Path(__file__).resolve().parents[1] / "experiments" / "results" / "choice_accuracy"
-                / "full-x2-r2-resnet50-sxr" / "raw" / "resnet50.json")
+RESNET50_SXR = Path(__file__).parent / "data" / "choice_accuracy" / "full-x2-r2-resnet50-sxr" / "raw" / "resnet50.json"
 
 
 def split(devices, runs):
