@@ -89,7 +89,8 @@ if [ -e "$ETC/token" ] || [ -e "$ETC/server.crt" ]; then
   note "credentials in $ETC exist; not touched"
 else
   note "no credentials yet: make them once for the fleet (hetcluster agent credentials --out DIR --host <this device>)"
-  note "and copy token, server.crt, server.key, ca.crt to $ETC (root:$USER_NAME, mode 0640)"
+  note "and copy token, server.crt, server.key, ca.crt to $ETC (root:$USER_NAME, mode 0640);"
+  note "a TF task needs all of cert_file, key_file and client_ca_file in agent.toml (mutual TLS)"
 fi
 
 # 4. systemd unit, RAPL permission rules
@@ -102,6 +103,21 @@ if command -v systemctl >/dev/null || [ "$DRY_RUN" = 1 ]; then
   if command -v udevadm >/dev/null || [ "$DRY_RUN" = 1 ]; then
     run udevadm control --reload
     run udevadm trigger --subsystem-match=powercap
+  fi
+fi
+
+# 5. the training plane: each TF server needs a network namespace the agent's user may make
+if [ "$DRY_RUN" = 1 ]; then
+  run runuser -u "$USER_NAME" -- "$VENV/bin/python" -c "from hetcluster.plane.isolation import isolation_problem; print(isolation_problem() or 'ok')"
+else
+  problem=$(runuser -u "$USER_NAME" -- "$VENV/bin/python" -c \
+    "from hetcluster.plane.isolation import isolation_problem; print(isolation_problem() or 'ok')" 2>&1 | tail -1)
+  if [ "$problem" = ok ]; then
+    note "training plane: $USER_NAME can give each TF server a network namespace of its own"
+  else
+    note "training plane: $USER_NAME cannot make a network namespace ($problem); the agent will refuse TF tasks."
+    note "allow unprivileged user namespaces (sysctl user.max_user_namespaces=15000; on Ubuntu >= 24.04"
+    note "kernel.apparmor_restrict_unprivileged_userns=0), or opt out with [tf_plane] isolation = \"none\" (see docs/agent.md)"
   fi
 fi
 

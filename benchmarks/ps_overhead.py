@@ -21,25 +21,19 @@ Prints each pair and the median ratio hetcluster / bare (target >= 0.97).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 WARMUP_STEPS = 20
 
 
-def bare_steps_per_s(cluster_spec: dict, steps: int) -> float:
-    """The bare loop of training_engine_overhead.py in a fresh process (one PS cluster per process)."""
-    script = Path(__file__).with_name("training_engine_overhead.py")
-    from hetcluster.tfenv import tf_env
+def bare_steps_per_s(launched, steps: int) -> float:
+    """The bare loop of training_engine_overhead.py in a fresh process, the chief on the launched
+    cluster's training plane (one PS cluster per process)."""
+    from training_engine_overhead import bare_steps_per_s as bare  # this folder: the script's own
 
-    env = tf_env()
-    out = subprocess.run([sys.executable, str(script), "--steps", str(steps), "--bare", json.dumps(cluster_spec)],
-                         capture_output=True, text=True, env=env, check=True, timeout=900)
-    return float(next(line for line in out.stdout.splitlines() if line.startswith("BARE")).split()[1])
+    return bare(launched.addresses, steps, launched.plane)
 
 
 def main() -> None:
@@ -69,9 +63,8 @@ def main() -> None:
                      warmup_steps=WARMUP_STEPS)
     ratios = []
     with launch_cluster([inventory.device(n) for n in chosen], inventory.parameter_server_host) as launched:
-        cluster_spec = launched.addresses.cluster_spec_dict()
         for rep in range(args.reps):
-            bare = bare_steps_per_s(cluster_spec, args.steps)
+            bare = bare_steps_per_s(launched, args.steps)
             with PowerMeter(inventory, [] if args.no_power else chosen, rate_hz=args.power_rate_hz) as meter:
                 result = train_on(launched, chosen, spec, meter, on_progress=lambda *_: None, run_timeout_s=900)
             ratios.append(result.steps_per_s / bare)

@@ -148,6 +148,7 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+@pytest.mark.serial   # reads a burner's CPU time against the wall clock
 def test_emulated_busy_child_counts_relative_to_the_share() -> None:
     parent = spawn_parent_of_burner(1.2)
     try:
@@ -179,6 +180,7 @@ def test_emulated_idle_tree_is_near_zero() -> None:
         stop(idle)
 
 
+@pytest.mark.serial   # reads a burner's CPU time against the wall clock
 def test_exited_children_keep_their_cpu_time() -> None:
     parent = spawn_parent_of_burner(0.5)
     try:

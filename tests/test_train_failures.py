@@ -120,7 +120,9 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     last_checkpoint = checkpoint_steps(checkpoints)
 
     out = _finish(_train(fleet, workdir, "--resume"))
-    assert "stopped workers left by the previous coordinator" in out
+    # the old workers are stopped by the resumed coordinator, or, when it comes later than their
+    # lease, by their agents already (test_a_killed_coordinator_leaves_no_worker_past_its_lease)
+    assert "stopped workers left by the previous coordinator" in out or not alive_tasks(fleet)
     report = json.loads((workdir / "report.json").read_text())
     assert report["steps_total"] == TOTAL == checkpoint_steps(checkpoints)
     finished = [s for s in _ledger(workdir)["segments"] if "final_loss" in s]
@@ -129,6 +131,32 @@ def test_ctrl_c_then_coordinator_killed_then_resume(fleet, tmp_path):
     assert finished[-1]["steps_applied"] == TOTAL - last_checkpoint
     assert report["segments"] >= 3
     assert not alive_tasks(fleet)
+
+
+def test_a_killed_coordinator_leaves_no_worker_past_its_lease(fleet, tmp_path):
+    """SIGKILL the coordinator mid-training: its parameter server and training process see their
+    control socket close and exit; each agent stops its worker when the lease lapses."""
+    import psutil
+
+    from hetcluster.training.checkpoints import checkpoint_steps
+    from hetcluster.training.launch import LEASE_S
+
+    workdir = tmp_path / "job"
+    process = _new_job(fleet, workdir, "--checkpoint-every", "40", "--allow-missing")
+    _wait_for(lambda: checkpoint_steps(workdir / "checkpoints") >= 40, process)
+    assert len(alive_tasks(fleet)) == 2
+    children = psutil.Process(process.pid).children(recursive=True)   # the PS and the training process
+    assert len(children) >= 2
+    process.kill()
+    killed_s = time.monotonic()
+    process.wait()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"the coordinator's children outlived it: {alive}"
+    while alive_tasks(fleet):
+        assert time.monotonic() - killed_s < LEASE_S + 5.0, "a worker outlived its lease"
+        time.sleep(0.5)
+    print(f"every worker stopped {time.monotonic() - killed_s:.1f} s after the coordinator was killed "
+          f"(lease {LEASE_S:.0f} s)")
 
 
 def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path):

@@ -14,35 +14,39 @@ import textwrap
 import pytest
 
 from hetcluster.models import ModelSpec
-from hetcluster.training.servers import free_addresses, start_local_servers
-from hetcluster.training.spec import ClusterAddresses, TrainSpec
+from hetcluster.training.plane import CoordinatorPlane
+from hetcluster.training.servers import start_local_cluster
+from hetcluster.training.spec import TrainSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 MODEL = ModelSpec("small_cnn", (16, 16, 3), classes=4, batch_size=8)
 
 
-def _start_cluster(names):
+def _start_cluster(names, plane=None):
     """1 ps + named workers, started side by side (each imports TensorFlow for seconds)."""
-    *worker_addresses, ps, chief = free_addresses(len(names) + 2)
-    addresses = ClusterAddresses(workers=dict(zip(names, worker_addresses)), ps=[ps], chief=chief)
-    tasks = [("ps", 0)] + [("worker", i) for i in range(len(names))]
-    return addresses, dict(zip(["ps", *names], start_local_servers(addresses.cluster_spec_dict(), tasks)))
+    addresses, servers = start_local_cluster(names, plane)
+    return addresses, dict(zip(["ps", *names], servers))
 
 
 @pytest.fixture
 def make_cluster():
-    """Start 1 ps + named workers; stop them all at teardown."""
-    started = []
+    """Start 1 ps + named workers (on a training plane of their own with plane=True); stop them
+    all at teardown."""
+    started, planes = [], []
 
-    def make(names):
-        addresses, servers = _start_cluster(names)
+    def make(names, plane=False):
+        planes.append(CoordinatorPlane.local(open_plane=False) if plane else None)
+        addresses, servers = _start_cluster(names, planes[-1])
         started.extend(servers.values())
-        return addresses, servers
+        return addresses, servers, planes[-1]
 
     yield make
     for server in started:
         server.stop()
+    for plane in planes:
+        if plane is not None:
+            plane.close()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +89,7 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     monkeypatch.setenv("TMPDIR", str(system_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
     ckpt = str(tmp_path / "ckpt")
-    first, servers = make_cluster(["z"])
+    first, servers, _ = make_cluster(["z"])
     r1 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=12, checkpoint_dir=ckpt), first, timeout_s=300)
     for server in servers.values():
         server.stop()
@@ -137,17 +141,20 @@ def test_a_run_whose_chief_port_was_taken_listens_on_a_fresh_one(shared_cluster)
     assert result.steps_applied == 6 and result.steps_per_worker == {"a": 6}
 
 
-def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster):
+@pytest.mark.parametrize("plane", [False, True], ids=["open", "plane"])
+def test_killed_worker_is_named_and_the_total_stays_exact(make_cluster, plane):
+    """On the training plane too: the chief's route to the lost worker refuses connections once
+    the worker is gone (a watched route), as the worker's own port would."""
     from hetcluster.training.run_job import run_in_subprocess
 
-    addresses, servers = make_cluster(["a", "b"])
+    addresses, servers, plane = make_cluster(["a", "b"], plane)
 
     def kill_b(done, to_do, elapsed_s):
         if done >= 25 and servers["b"].alive():
             servers["b"].kill()
 
     result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=150), addresses, timeout_s=300,
-                               on_progress=kill_b)
+                               on_progress=kill_b, plane=plane)
     assert not servers["b"].alive()
     assert result.steps_applied == 150
     assert result.lost_workers == ["b"]

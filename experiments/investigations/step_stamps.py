@@ -157,11 +157,12 @@ def run_configurations(inventory_path: Path, args: argparse.Namespace, out_dir: 
                                  checkpoint_dir=checkpoint_dir, warmup_steps=args.warmup_steps,
                                  start_barrier=barrier)
                 if shared is not None:
-                    result = run_in_subprocess(spec, shared.addresses.subset(names), timeout_s=1800)
+                    result = run_in_subprocess(spec, shared.addresses.subset(names), timeout_s=1800, plane=shared.plane)
                 else:
                     with launch_cluster([inventory.device(n) for n in names], inventory.parameter_server_host,
                                         wait=False) as launched:
-                        result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready)
+                        result = run_in_subprocess(spec, launched.addresses, timeout_s=1800, ready=launched.wait_ready,
+                                                   plane=launched.plane)
                 steps_total = result.steps_total
                 write_run(out_dir / file_name, result, devices=names, barrier=barrier,
                           shared_servers=args.shared_servers, workers_used_before=used)

@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 spec = TrainSpec(model=model, total_steps=steps_total + args.steps, data=DataSource(),
                                  checkpoint_dir=checkpoint_dir, warmup_steps=args.warmup_steps)
                 try:
-                    result = run_in_subprocess(spec, shared.addresses.subset([args.device]), timeout_s=1800)
+                    result = run_in_subprocess(spec, shared.addresses.subset([args.device]), timeout_s=1800,
+                                               plane=shared.plane)
                 finally:
                     if recorder is not None:
                         recorder.stop()

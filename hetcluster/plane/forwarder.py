@@ -9,7 +9,7 @@ Three kinds of connection, each spliced byte for byte once both ends are open:
 - **out of a child**: a listener inside a child's namespace at another task's local port accepts
   the child's connection and connects onward: to a task of this host directly, or over mTLS to
   the remote host's listener for that task (header ``C``, data only after ``+``).
-- With ``watch``, a listener for a remote task is closed while that task, once seen up, does not
+- With ``watch``, a listener for another task is closed while that task, once seen up, does not
   answer probes, so a process that checks whether a port accepts connections (the coordinator
   does, for lost workers) sees the task as it is, not the forwarder.
 
@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
@@ -66,12 +68,28 @@ class RemoteTask:
 Target = LocalTask | RemoteTask
 
 
-class _Pipe(asyncio.Protocol):
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it is installed (its TLS and transports are compiled), else asyncio's own."""
+    if os.environ.get("HETCLUSTER_PLANE_LOOP", "") != "asyncio":
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop()
+        except ImportError:
+            pass
+    return asyncio.new_event_loop()
+
+
+class _Pipe(asyncio.BufferedProtocol):
     """One end of a spliced pair: what it reads goes to ``peer``, and ``peer``'s backpressure
-    pauses its reading. Before the splice it buffers, so a header can be read first."""
+    pauses its reading. Before the splice it buffers, so a header can be read first. It reads into
+    a buffer of its own (a TLS transport fills it with many records per call, not one a call)."""
+
+    READ_BUFFER_BYTES = 256 * 1024
 
     def __init__(self, pipes: set["_Pipe"], on_made: Callable[["_Pipe"], Awaitable[None]] | None = None) -> None:
         self.transport: Any = None
+        self._buffer = memoryview(bytearray(self.READ_BUFFER_BYTES))
         self._on_made = on_made
         self.peer: _Pipe | None = None
         self.lost = False
@@ -83,10 +101,20 @@ class _Pipe(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self._pipes.add(self)
+        # asyncio sets TCP_NODELAY only on sockets made with IPPROTO_TCP; ours (reserved ports,
+        # a child's sockets) are not, and Nagle's delay meets the peer's delayed ACK: 40 ms a reply
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._on_made is not None:  # after the TLS handshake, on a TLS listener
             self._task = asyncio.get_running_loop().create_task(self._on_made(self))
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # a copy: the buffer is read into again while the peer's transport may still hold this
+        data = bytes(self._buffer[:nbytes])
         if self.peer is not None:
             self.peer.transport.write(data)
             return
@@ -94,7 +122,7 @@ class _Pipe(asyncio.Protocol):
         self._wake()
 
     def eof_received(self) -> bool:
-        if self.peer is not None and self.peer.transport.can_write_eof():
+        if self.peer is not None and not self.peer.transport.is_closing() and self.peer.transport.can_write_eof():
             self.peer.transport.write_eof()
             # half-closed until the peer ends too (a TLS transport cannot stay half-open)
             return self.transport.get_extra_info("sslcontext") is None
@@ -108,11 +136,11 @@ class _Pipe(asyncio.Protocol):
             self.peer.transport.close()
 
     def pause_writing(self) -> None:
-        if self.peer is not None:
+        if self.peer is not None and not self.peer.transport.is_closing():
             self.peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.peer is not None:
+        if self.peer is not None and not self.peer.transport.is_closing():
             self.peer.transport.resume_reading()
 
     def _wake(self) -> None:
@@ -168,12 +196,12 @@ class Forwarder:
     def __init__(self, name: str, server_ssl: ssl.SSLContext | None = None) -> None:
         self.name = name
         self._server_ssl = server_ssl
-        self._loop = asyncio.new_event_loop()
+        self._loop = _new_loop()
         self._pipes: set[_Pipe] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._exposures: list[Exposure] = []
         self._errors: dict[str, str] = {}  # the last failure per remote task, logged once per change
-        self._seen_up: set[str] = set()    # remote tasks (by address) that answered once
+        self._seen_up: weakref.WeakSet[Any] = weakref.WeakSet()   # tasks that answered once
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"plane-{name}", daemon=True)
         self._thread.start()
         self._closed = False
@@ -269,6 +297,7 @@ class Forwarder:
             sock.close()
             return None
         _transport, pipe = await self._loop.connect_accepted_socket(lambda: _Pipe(self._pipes), sock)
+        self._seen_up.add(task)
         return pipe
 
     async def _connect_remote(self, task: RemoteTask, header: bytes, timeout_s: float = CONNECT_TIMEOUT_S) -> _Pipe | None:
@@ -288,7 +317,7 @@ class Forwarder:
             self._note(task, header, f"its host at {task.address} has no running task for it")
             return None
         self._note(task, header, "")
-        self._seen_up.add(task.address)
+        self._seen_up.add(task)
         return pipe
 
     def _note(self, task: RemoteTask, header: bytes, error: str) -> None:
@@ -345,14 +374,13 @@ class Forwarder:
         self._exposures.append(exposure)
         if exposure.watch:
             for port, target in exposure.routes.items():
-                if isinstance(target, RemoteTask):
-                    exposure.watchers.append(self._loop.create_task(self._watch(exposure, port, target)))
+                exposure.watchers.append(self._loop.create_task(self._watch(exposure, port, target)))
 
-    async def _watch(self, exposure: Exposure, port: int, target: RemoteTask) -> None:
+    async def _watch(self, exposure: Exposure, port: int, target: Target) -> None:
         while not exposure.closed:
             await asyncio.sleep(WATCH_PERIOD_S)
             up = await self._probe(target)
-            if exposure.closed or target.address not in self._seen_up:
+            if exposure.closed or target not in self._seen_up:
                 continue  # a task still starting is not lost
             server = exposure.servers.get(port)
             try:

@@ -158,7 +158,7 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         child_tmp.mkdir()
         env = tf_env(TMPDIR=str(child_tmp))
         with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress, \
-                _chief(plane, cluster, cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
+                chief_process(plane, cluster, cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
                        stderr=subprocess.STDOUT, env=env, stdin=subprocess.PIPE if ready else subprocess.DEVNULL) as child:
             if ready is not None:
                 _release_when_ready(child, ready)
@@ -202,10 +202,12 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
 
 
 @contextlib.contextmanager
-def _chief(plane: "CoordinatorPlane | None", cluster: ClusterAddresses, cmd: list[str],
-           **popen: Any) -> Iterator[subprocess.Popen]:
-    """The training process: on the plane, the chief in a namespace of its own, routed to the
-    run's tasks (watched: a lost worker's port refuses connections, as the engine expects)."""
+def chief_process(plane: "CoordinatorPlane | None", cluster: ClusterAddresses, cmd: list[str],
+                  **popen: Any) -> Iterator[subprocess.Popen]:
+    """A training process ``cmd`` (one that enters the plane with the arguments the plane appends)
+    as the chief of ``cluster``: on the plane, in a namespace of its own, routed to the run's tasks
+    (watched: a lost worker's port refuses connections, as the engine expects); killed if still
+    running when the block ends."""
     if plane is None:
         yield subprocess.Popen(cmd, **popen)
         return

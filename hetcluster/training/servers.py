@@ -207,6 +207,23 @@ def start_local_servers(cluster_spec: dict[str, list[str]], tasks: Sequence[tupl
     return servers
 
 
+def start_local_cluster(worker_names: Sequence[str], plane: "CoordinatorPlane | None" = None,
+                        timeout_s: float = 120.0) -> tuple[Any, list[LocalServer]]:
+    """1 PS and the named workers on this host (tests, benchmarks): on ``plane`` (a
+    CoordinatorPlane.local(), which the caller closes) each in a namespace of its own, else each
+    on its own port. Returns the run's ClusterAddresses (the chief's included) and the servers,
+    PS first."""
+    from hetcluster.training.spec import ClusterAddresses
+
+    *workers, ps, chief = free_addresses(len(worker_names) + 2)
+    addresses = ClusterAddresses(workers=dict(zip(worker_names, workers)), ps=[ps], chief=chief)
+    spec = addresses.cluster_spec_dict()
+    if plane is not None:
+        plane.set_spec(spec, local=[*workers, ps, chief])
+    tasks = [("ps", 0)] + [("worker", i) for i in range(len(worker_names))]
+    return addresses, start_local_servers(spec, tasks, timeout_s, plane)
+
+
 def spawn_parameter_servers(cluster_spec: dict[str, list[str]], plane: "CoordinatorPlane | None" = None) -> list[LocalServer]:
     """Every ``ps`` task of ``cluster_spec`` on this host, started but not waited for."""
     return [spawn_local_server(cluster_spec, "ps", index, plane) for index in range(len(cluster_spec.get("ps", [])))]
