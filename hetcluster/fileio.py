@@ -17,15 +17,17 @@ from typing import Any, Callable
 from hetcluster.errors import ConfigError
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *, mode: int = 0o644) -> Path:
+def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], None], *, mode: int = 0o644,
+                 suffix: str = ".tmp") -> Path:
     """Call ``write(tmp_path)`` to produce the content, then move it over ``path`` atomically.
 
     The temporary file is created 0600 (mkstemp), so a secret is never readable by others in
-    between; ``mode`` is applied just before the rename."""
+    between; ``mode`` is applied just before the rename. ``suffix``: the temporary file's, for
+    writers that choose a format by it (Keras: ".keras")."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
     except OSError as error:
         raise _unwritable(target, error) from None
     os.close(fd)

@@ -46,7 +46,9 @@ def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch)
                               to_dict=lambda: {})
     out = tmp_path / "r.json"
     no_budgets = SimpleNamespace(names=())  # no device with a known memory budget: plain TensorFlow
-    result = run_evaluation(no_budgets, the_plan, profile, None, None, 10, ["time"], None, tmp_path / "w", out,
+    from hetcluster.training.spec import Training
+
+    result = run_evaluation(no_budgets, the_plan, profile, None, Training(), 10, ["time"], None, tmp_path / "w", out,
                             Console(quiet=True), DeviceBudgets(no_budgets), repeats=2)
     # two rounds, each over every configuration, the second in reverse order (drift cancels in the mean)
     assert order == [("a",), ("b",), ("a", "b"), ("a", "b"), ("b",), ("a",)]

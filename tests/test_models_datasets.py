@@ -129,3 +129,23 @@ def test_data_source_validation(tmp_path):
         DataSource("npz", str(tmp_path / "missing.npz"))
     assert DataSource.from_dict(DataSource("npz", str(tmp_path), 3).to_dict()) == DataSource("npz", str(tmp_path), 3)
     assert DataSource("image_folder", str(tmp_path)).kind == "folder"
+
+
+def test_the_held_out_split_is_the_same_in_numpy_and_in_every_pipeline(tmp_path):
+    """The examples a job keeps out of training are held_out_mask's, whether the pipeline is an
+    .npz (split in NumPy), a folder (sorted files) or TFRecords (indices hashed in TF)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from hetcluster.models.datasets import DataSource, _select_part, evaluation_dataset, held_out_mask
+
+    x = (np.arange(60) * 4).astype("uint8").reshape(60, 1, 1, 1).repeat(8, 1).repeat(8, 2)
+    np.savez(tmp_path / "x.npz", x=x, y=np.arange(60) % 3)
+    source = DataSource("npz", str(tmp_path / "x.npz"), holdout=0.2)
+    mask = held_out_mask(500, 0.2)
+    ds = tf.data.Dataset.range(500).map(lambda i: (i, i))
+    assert [int(a) for a, _ in _select_part(ds, source.held_out())] == list(np.nonzero(mask)[0])
+    assert [int(a) for a, _ in _select_part(ds, source)] == list(np.nonzero(~mask)[0])
+    spec = ModelSpec("small_cnn", (8, 8, 1), 3, 4)
+    held = np.concatenate([images[:, 0, 0, 0].numpy() for images, _ in evaluation_dataset(source.held_out(), spec)])
+    assert np.allclose(held * 255, x[held_out_mask(60, 0.2), 0, 0, 0], atol=0.5)

@@ -63,6 +63,8 @@ def evaluate_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    optimizer: str = opt.OPTIMIZER,
+    learning_rate: float = opt.LEARNING_RATE,
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
@@ -88,16 +90,22 @@ def evaluate_command(
 
     check_writable(out)   # before the trainings, not after the first
     workdir = workdir.resolve()
+    spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
+    prepared = (spec, opt.training(data, None, None, optimizer, learning_rate, spec, console))
+    from hetcluster.cli.pretraining import check_profile_file
+
+    check_profile_file(profile, *prepared)
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)
     with sigterm_as_interrupt():  # as Ctrl-C: the run in progress stops its servers, exit 130
-        plan, measured_profile, spec, source, budgets = make_plan(
+        plan, measured_profile, spec, job_training, budgets = make_plan(
             objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, model_config=model_config,
-            input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps,
+            input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, optimizer=optimizer,
+            learning_rate=learning_rate, total_steps=total_steps,
             pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None,
             max_power=None, max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console,
-            fleet=fleet)
-        evaluation = run_evaluation(fleet, plan, measured_profile, spec, source, total_steps, names, wanted, workdir,
+            fleet=fleet, prepared=prepared)
+        evaluation = run_evaluation(fleet, plan, measured_profile, spec, job_training, total_steps, names, wanted, workdir,
                                     out, console, budgets, round_steps=round_steps, repeats=repeats)
     from hetcluster.cli.train_output import evaluation_tables
 
@@ -112,7 +120,7 @@ def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[A
     return {name: choose(table, get_objective(name), constraints) for name in names}
 
 
-def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source: Any, total_steps: int,
+def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, training: Any, total_steps: int,
                    objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
                    console: Console, budgets: Any, round_steps: int = 0, repeats: int = 1) -> dict[str, Any]:
     """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
@@ -141,7 +149,8 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, source:
         configs = [predicted[frozenset(w)] for w in wanted]
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
     pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
-    spec = TrainSpec(model=model_spec, total_steps=total_steps, data=source)
+    spec = TrainSpec(model=model_spec, total_steps=total_steps, data=training.data, optimizer=training.optimizer,
+                     learning_rate=training.learning_rate)
     memory = {devices: training_memory(model_spec, budgets.of(devices), devices) for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []

@@ -20,7 +20,7 @@ class PlannedJob(NamedTuple):
     plan: Any
     profile: Any
     spec: Any
-    source: Any
+    training: Any  # training.spec.Training: data, held-out data, optimizer
     budgets: Any  # cli.pretraining.DeviceBudgets
 
 
@@ -33,6 +33,8 @@ def plan_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    optimizer: str = opt.OPTIMIZER,
+    learning_rate: float = opt.LEARNING_RATE,
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
@@ -54,6 +56,7 @@ def plan_command(
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training (without --profile) stops the servers it started
         plan = make_plan(objective=objective, inventory=inventory, model=model, model_config=model_config,
                          input_shape=input_shape, classes=classes, batch_size=batch_size, data=data,
+                         optimizer=optimizer, learning_rate=learning_rate,
                          total_steps=total_steps, pretrain_steps=pretrain_steps, warmup_steps=warmup_steps,
                          workdir=workdir, profile=profile, deadline=deadline, max_power=max_power,
                          max_energy=max_energy, require=require, exclude=exclude, device_kind=device_kind,
@@ -69,9 +72,13 @@ def plan_command(
 
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
-              model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Any = None):
-    """Validate every option, then pre-train or load the profile, then plan. ``fleet``: the
-    inventory already loaded by the caller (so the agents it checked are the ones planned for)."""
+              model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Any = None,
+              eval_data: Path | None = None, eval_split: float | None = None, optimizer: str = "sgd",
+              learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None):
+    """Validate every option (the data against the model too), then pre-train or load the
+    profile, then plan. ``fleet``: the inventory already loaded by the caller (so the agents it
+    checked are the ones planned for); ``prepared``: the (ModelSpec, Training) the caller already
+    checked (job_options.model_spec, .training) from these options."""
     from hetcluster.cli.plan_output import FORMATS
     from hetcluster.errors import ConfigError
 
@@ -80,8 +87,11 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
         raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
-    spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
-    source = opt.data_source(data)
+    if prepared is None:
+        spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
+        job_training = opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console)
+    else:
+        spec, job_training = prepared
     fleet = fleet if fleet is not None else opt.load_fleet(inventory, agents_needed=profile is None)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 
@@ -89,7 +99,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     from hetcluster.planner import plan as make
 
     budgets = DeviceBudgets(fleet, device_kind)
-    measured = obtain_profile(fleet, spec, source, workdir, profile, steps_per_run=pretrain_steps,
+    measured = obtain_profile(fleet, spec, job_training, workdir, profile, steps_per_run=pretrain_steps,
                               warmup_steps=warmup_steps, console=console, budgets=budgets, total_steps=total_steps)
     if measured.pretrain_steps >= total_steps:
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
@@ -101,7 +111,7 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     line = revision_line(plan.solo_rates)
     if line:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return PlannedJob(plan, measured, spec, source, budgets)
+    return PlannedJob(plan, measured, spec, job_training, budgets)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,8 @@ def profile_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    optimizer: str = opt.OPTIMIZER,
+    learning_rate: float = opt.LEARNING_RATE,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
     workdir: Path = opt.WORKDIR,
@@ -38,10 +40,10 @@ def profile_command(
     opt.check_device_kind(device_kind)
     console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
-    source = opt.data_source(data)
+    job_training = opt.training(data, None, None, optimizer, learning_rate, spec, console)
     fleet = opt.load_fleet(inventory)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training stops the servers it started
-        profile = run_pretraining_with_display(fleet, spec, source, workdir, steps_per_run=pretrain_steps,
+        profile = run_pretraining_with_display(fleet, spec, job_training, workdir, steps_per_run=pretrain_steps,
                                                warmup_steps=warmup_steps, console=console, total_steps=total_steps,
                                                budgets=DeviceBudgets(fleet, device_kind))
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")

@@ -22,6 +22,8 @@ from hetcluster.cli.console import make_console
 from hetcluster.cli.signals import sigterm_as_interrupt
 
 CHECKPOINT_EVERY = typer.Option(0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end).")
+EXPORT = typer.Option(None, "--export", help="Where the trained model goes (.keras; the weights beside it as .weights.h5) [WORKDIR/model.keras].")
+PLOT_LOSS = typer.Option(None, "--plot-loss", help="Draw the training loss over the job's steps here (a format matplotlib writes, by the suffix).")
 REPORT = typer.Option(None, "--report", help="Write the report as JSON here (atomically).")
 ALLOW_MISSING = typer.Option(False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing.")
 
@@ -35,6 +37,10 @@ def train_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    eval_data: Optional[Path] = opt.EVAL_DATA,
+    eval_split: Optional[float] = opt.EVAL_SPLIT,
+    optimizer: str = opt.OPTIMIZER,
+    learning_rate: float = opt.LEARNING_RATE,
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
@@ -48,6 +54,8 @@ def train_command(
     device_kind: Optional[str] = opt.DEVICE_KIND,
     checkpoint_every: int = CHECKPOINT_EVERY,
     report: Optional[Path] = REPORT,
+    export: Optional[Path] = EXPORT,
+    plot_loss: Optional[Path] = PLOT_LOSS,
     resume: bool = typer.Option(False, "--resume", help="Continue the job in --workdir from its latest checkpoint (its plan and options are reused)."),
     allow_missing: bool = ALLOW_MISSING,
     round_steps: int = typer.Option(0, "--round-steps", hidden=True, help="Steps between the engine's joins (0: its default)."),
@@ -57,32 +65,53 @@ def train_command(
 
     if checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
-    if report is not None:
-        from hetcluster.fileio import check_writable
+    from hetcluster.fileio import check_writable
 
-        check_writable(report)   # before training, not after it
+    for path in (report, export):
+        if path is not None:
+            check_writable(path)   # before training, not after it
+    if export is not None and export.suffix != ".keras":
+        raise ConfigError(f"--export {export}: the model file ends in .keras.", hint=f"use --export {export.with_suffix('.keras')}.")
+    opt.check_plot(plot_loss)
     console = make_console()
     workdir = workdir.resolve()
+    prepared = None
+    if not resume:  # the model and the data are checked before any agent is asked anything
+        opt.check_objective(objective)
+        spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
+        prepared = (spec, opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console))
+        from hetcluster.cli.pretraining import check_profile_file
+
+        check_profile_file(profile, *prepared)
     with sigterm_as_interrupt():  # the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint
         fleet = opt.load_fleet(inventory)
         if resume:
             job = _resume_job(fleet, workdir, allow_missing, console)
         else:
-            job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, dict(
+            job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, export, dict(
                 objective=objective, inventory=inventory, model=model, model_config=model_config,
-                input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, total_steps=total_steps,
+                input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, eval_data=eval_data,
+                eval_split=eval_split, optimizer=optimizer, learning_rate=learning_rate, total_steps=total_steps,
                 pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile,
                 deadline=deadline, max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
-                device_kind=device_kind))
+                device_kind=device_kind, prepared=prepared))
         train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,
                      resume_hint=f"hetcluster train --inventory {inventory} --workdir {workdir} --resume")
+        export_job_model(job, console)
     final = build_report(job)
     console.print(_report_table(final))
+    if final.model_path:
+        console.print(f"model: {final.model_path} (tf_keras.models.load_model; weights: {final.weights_path})")
     if report is not None:
         from hetcluster.fileio import write_json_atomic
 
         write_json_atomic(report, final.to_dict())
         console.print(f"report: {report}")
+    if plot_loss is not None:
+        from hetcluster.cli.train_output import plot_loss_curve
+
+        plot_loss_curve(final, plot_loss)
+        console.print(f"loss curve: {plot_loss}")
 
 
 def _report_table(report: Any) -> Any:
@@ -109,7 +138,7 @@ def _replan_without(plan: Any, names: list[str]) -> Any:
 
 
 def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, checkpoint_every: int,
-             options: dict[str, Any]) -> Any:
+             export: Path | None, options: dict[str, Any]) -> Any:
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
@@ -129,7 +158,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
         raise _missing_error(missing)
     for name, reason in missing.items():
         console.print(f"[yellow]warning:[/] planning without {name}: {reason}")
-    plan, profile, spec, source, budgets = make_plan(console=console, fleet=fleet, **options)
+    plan, profile, spec, training, budgets = make_plan(console=console, fleet=fleet, **options)
     plan = _replan_without(plan, list(missing))
     print_table(plan, console=console)
     profile_path, checkpoint_dir = profile_paths(workdir)
@@ -138,13 +167,18 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
         save_profile(profile, profile_path)
     memory = training_memory(spec, budgets.of(plan.chosen), plan.chosen)
     console.print(memory.describe())
-    train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=source,
+    train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=training.data,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,
-                      memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind)
+                      memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
+                      optimizer=training.optimizer, learning_rate=training.learning_rate)
+    model_path = (export or workdir / "model.keras").expanduser().absolute()
     record = {"objective": plan.objective.name, "chosen": list(plan.chosen),
+              "export": {"model_path": str(model_path),
+                         "eval_data": training.eval_data.to_dict() if training.eval_data else None},
               "predicted": JobMetrics.from_mapping(plan.chosen_row).to_dict(), "train_spec": train.to_dict(),
               "pretrain": {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s,
                            "energy_j": profile.pretrain_energy_j},
+              "pretrain_loss_curve": [w for w in profile.loss_curve if w["last_step"] <= profile.pretrain_steps],
               "plan_table": _plan_rows(plan)}
     return JobLedger.create(workdir, record)
 
@@ -237,6 +271,28 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
         if run.result.stopped:
             _stopped(ledger, console, spec, resume_hint)
         return
+
+
+def export_job_model(ledger: Any, console: Console) -> None:
+    """Export the trained model and score it on the held-out data, once per finished job (the ledger
+    keeps the result; a job resumed after its end exports again only if that failed)."""
+    from hetcluster.models.datasets import DataSource
+    from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
+    from hetcluster.training.export import export_in_subprocess
+    from hetcluster.training.spec import TrainSpec
+
+    spec = TrainSpec.from_dict(ledger.data["train_spec"])
+    target = ledger.data.setdefault("export", {"model_path": str(Path(spec.checkpoint_dir).parent / "model.keras")})
+    steps = checkpoint_steps(spec.checkpoint_dir)
+    if steps < spec.total_steps or (target.get("result") and target.get("steps") == steps):
+        return
+    eval_source = DataSource.from_dict(target["eval_data"]) if target.get("eval_data") else None
+    with console.status("exporting the model (BatchNorm statistics for its final weights"
+                        + (", held-out evaluation)" if eval_source else ")")):
+        result = export_in_subprocess(spec, latest_checkpoint(spec.checkpoint_dir), Path(target["model_path"]),
+                                      eval_source)
+    target.update(result=result.to_dict(), steps=steps)
+    ledger.save()
 
 
 def _stopped(ledger: Any, console: Console, spec: Any, resume_hint: str) -> None:
@@ -332,6 +388,7 @@ def build_report(ledger: Any) -> Any:
     checkpoint_dir = data["train_spec"]["checkpoint_dir"]
     steps_total = checkpoint_steps(checkpoint_dir)
     finished = [s for s in segments if "final_loss" in s]
+    exported = (data.get("export") or {}).get("result") or {}
     return TrainReport(
         objective=data["objective"], chosen=list(data["chosen"]),
         predicted=JobMetrics(**data["predicted"]),
@@ -346,7 +403,10 @@ def build_report(ledger: Any) -> Any:
         energy_per_device_j=per_device_j,
         stopped=steps_total < int(data["train_spec"]["total_steps"]),
         checkpoint_path=latest_checkpoint(checkpoint_dir), segments=len(segments),
-        memory_plan=finished[-1].get("memory_plan", "") if finished else "")
+        memory_plan=finished[-1].get("memory_plan", "") if finished else "",
+        loss_curve=data.get("pretrain_loss_curve", []) + [window for s in finished for window in s.get("loss_curve", [])],
+        model_path=exported.get("model_path"), weights_path=exported.get("weights_path"),
+        held_out=exported.get("held_out"))
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,10 @@ INPUT_SHAPE = typer.Option(None, "--input-shape", help="Input shape HxWxC (small
 CLASSES = typer.Option(None, "--classes", help="Number of output classes (default 10).")
 BATCH_SIZE = typer.Option(32, "--batch-size", "-b", help="Per-step batch size.")
 DATA = typer.Option(None, "--data", help="Training data: an image folder, a .npz file or a .tfrecord file (default: synthetic).")
+EVAL_DATA = typer.Option(None, "--eval-data", help="Held-out data (the formats of --data): the trained model's loss and accuracy are measured on it.")
+EVAL_SPLIT = typer.Option(None, "--eval-split", help="Hold this share of --data out of training (0 < F < 1) and measure the trained model on it.")
+OPTIMIZER = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9) or adam.")
+LEARNING_RATE = typer.Option(0.01, "--learning-rate", help="The optimizer's learning rate.")
 TOTAL_STEPS = typer.Option(600, "--total-steps", "-n", help="Steps of the whole job, pre-training included.")
 PRETRAIN_STEPS = typer.Option(20, "--pretrain-steps", help="Steps per pre-training run (warm-up included).")
 WARMUP_STEPS = typer.Option(4, "--warmup-steps", help="Steps per pre-training run excluded from timings.")
@@ -61,14 +65,16 @@ def model_spec(model: str | None, input_shape: str | None, classes: int | None, 
     return ModelSpec.from_keras_config(described, batch_size=batch_size)
 
 
-def data_source(data: Path | None):
-    """Synthetic without --data; else the kind from the path (folder, .npz, .tfrecord)."""
+def data_source(data: Path | None, holdout: float = 0.0, flag: str = "--data"):
+    """Synthetic without --data; else the kind from the path (folder, .npz, .tfrecord), the path
+    made absolute (the training processes do not share this process's working directory)."""
     from hetcluster.models.datasets import DataSource
 
     if data is None:
         return DataSource()
+    data = data.expanduser().absolute()
     if not data.exists():
-        raise ConfigError(f"--data {data} does not exist.", hint="give an image folder, a .npz or a .tfrecord file.")
+        raise ConfigError(f"{flag} {data} does not exist.", hint="give an image folder, a .npz or a .tfrecord file.")
     if data.is_dir():
         kind = "image_folder"
     elif data.suffix == ".npz":
@@ -76,8 +82,38 @@ def data_source(data: Path | None):
     elif data.suffix in (".tfrecord", ".tfrecords"):
         kind = "tfrecord"
     else:
-        raise ConfigError(f"--data {data}: cannot tell the format from the name.", hint="use a folder, .npz or .tfrecord.")
-    return DataSource(kind=kind, path=str(data))
+        raise ConfigError(f"{flag} {data}: cannot tell the format from the name.", hint="use a folder, .npz or .tfrecord.")
+    try:
+        with open(data if data.is_file() else next(iter(data.iterdir()), data), "rb"):
+            pass
+    except OSError as error:
+        raise ConfigError(f"{flag} {data} cannot be read: {error.strerror}.", hint="check its permissions.") from None
+    return DataSource(kind=kind, path=str(data), holdout=holdout)
+
+
+def training(data: Path | None, eval_data: Path | None, eval_split: float | None, optimizer: str,
+             learning_rate: float, spec: Any, console: Any = None):
+    """The job's Training (data, held-out data, optimizer), its data checked against the model
+    here, before any server starts; the conversions the pipelines will make are printed."""
+    from hetcluster.models.data_check import check_job_data
+    from hetcluster.training.spec import Training, check_optimizer
+
+    check_optimizer(optimizer, learning_rate)
+    if eval_split is not None:
+        if eval_data is not None:
+            raise ConfigError("--eval-data and --eval-split both name held-out data.", hint="give one of them.")
+        if data is None:
+            raise ConfigError("--eval-split holds part of --data out, and no --data was given.",
+                              hint="give --data FILE, or --eval-data FILE.")
+        if not 0.0 < eval_split < 1.0:
+            raise ConfigError(f"--eval-split {eval_split} is not a share between 0 and 1.", hint="e.g. --eval-split 0.2.")
+    source = data_source(data, holdout=eval_split or 0.0)
+    held_out = data_source(eval_data, flag="--eval-data") if eval_data is not None else (
+        source.held_out() if eval_split else None)
+    for line in check_job_data(source, held_out, spec):
+        if console is not None:
+            console.print(line, markup=False, highlight=False)
+    return Training(source, held_out, optimizer, learning_rate)
 
 
 def check_total_steps(total_steps: int | None) -> int | None:

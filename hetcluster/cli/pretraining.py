@@ -25,7 +25,7 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
     return workdir / "profile.json", workdir / "checkpoints"
 
 
-def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path, *, steps_per_run: int,
+def run_pretraining_with_display(fleet: Any, spec: Any, training: Any, workdir: Path, *, steps_per_run: int,
                                  warmup_steps: int, console: Console, budgets: "DeviceBudgets",
                                  device_names: list[str] | None = None, total_steps: int | None = None) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
@@ -43,7 +43,8 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
 
         graph_of(spec.name, 1, spec.input_shape, spec.classes)
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
-                                        solo_run_count(fleet, device_names or fleet.names))
+                                        solo_run_count(fleet, device_names or fleet.names),
+                                        optimizer=training.optimizer, learning_rate=training.learning_rate)
     plans: dict[frozenset, TrainingMemory] = {}
 
     def memory(names: Any) -> TrainingMemory:  # a device's budget is asked when it first runs: past its health check
@@ -80,8 +81,9 @@ def run_pretraining_with_display(fleet: Any, spec: Any, data: Any, workdir: Path
                 who = details.get("device") or "+".join(details.get("run", []))
                 progress.console.print(f"[yellow]warning:[/] excluded {who}: {details['reason']}")
 
-        profile = run_pretraining(fleet, spec, str(checkpoint_dir), data=data, settings=settings,
+        profile = run_pretraining(fleet, spec, str(checkpoint_dir), data=training.data, settings=settings,
                                   device_names=device_names, on_event=on_event, memory=memory)
+    profile.training = training.recorded()
     save_profile(profile, profile_path)
     console.print(f"pre-training: {profile.pretrain_steps} steps in {profile.pretrain_time_s:.1f} s, "
                   f"{profile.pretrain_energy_j:.0f} J; profile {profile_path}")
@@ -100,26 +102,39 @@ def class_copy_lines(profile: Any) -> list[str]:
             for source, names in copies.items()]
 
 
-def obtain_profile(fleet: Any, spec: Any, data: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
+def obtain_profile(fleet: Any, spec: Any, training: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
                    warmup_steps: int, console: Console, budgets: "DeviceBudgets", total_steps: int | None = None) -> Any:
     """The profile given with --profile, else a fresh pre-training run."""
-    from hetcluster.errors import ProfileError
     from hetcluster.profiling.profile import load_profile
 
     if profile is not None:
         loaded = load_profile(profile)
-        check_profile_job(loaded, spec, profile)
+        check_profile_job(loaded, spec, profile, training)
         _adopt_memory_graph(loaded, spec)
         return loaded
-    return run_pretraining_with_display(fleet, spec, data, workdir, steps_per_run=steps_per_run,
+    return run_pretraining_with_display(fleet, spec, training, workdir, steps_per_run=steps_per_run,
                                         warmup_steps=warmup_steps, console=console, budgets=budgets,
                                         total_steps=total_steps)
 
 
-def check_profile_job(profile: Any, spec: Any, path: Path) -> None:
+def check_profile_file(path: Path | None, spec: Any, training: Any) -> None:
+    """Before any agent is asked: the --profile (if any) measured this job (check_profile_job)."""
+    if path is not None:
+        from hetcluster.profiling.profile import load_profile
+
+        check_profile_job(load_profile(path), spec, path, training)
+
+
+def check_profile_job(profile: Any, spec: Any, path: Path, training: Any = None) -> None:
     """A ProfileError unless the profile measured this job: its model, input shape, classes and
-    batch size (each step's time and power depend on all four; a field the profile lacks passes)."""
+    batch size (each step's time and power depend on all four; a field the profile lacks passes),
+    and its data and optimizer (the checkpoint it leaves trained on them)."""
     from hetcluster.errors import ProfileError
+
+    difference = training.difference(getattr(profile, "training", None)) if training is not None else None
+    if difference:
+        raise ProfileError(f"Profile {path} was made with {difference}.",
+                           hint="give the options it was made with, or pre-train again without --profile.")
 
     measured = profile.model
     fields = (("model", "name", "--model", str), ("input shape", "input_shape", "--input-shape", lambda v: "x".join(map(str, v))),

@@ -33,7 +33,37 @@ def report_table(report: TrainReport) -> Any:
     table.add_row("final loss", "", "-" if report.final_loss is None else f"{report.final_loss:.4f}", "")
     if report.memory_plan:
         table.add_row("memory plan", "", report.memory_plan, "")
+    if report.held_out:
+        held = report.held_out
+        table.add_section()
+        table.add_row("held-out loss", "", f"{held['loss']:.4f}", "")
+        table.add_row("held-out accuracy", "", f"{held['accuracy']:.1%} of {held['examples']}", "")
     return table
+
+
+def plot_loss_curve(report: TrainReport, path: Any) -> None:
+    """The training loss over the job's steps (each window's mean), as a figure at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hetcluster.fileio import write_figure_atomic
+
+    curve = report.loss_curve
+    figure, axes = plt.subplots(figsize=(7, 4))
+    if curve:
+        axes.plot([(w["first_step"] + w["last_step"]) / 2 for w in curve], [w["loss"] for w in curve], marker=".")
+    if report.held_out:
+        axes.axhline(report.held_out["loss"], linestyle="--", color="tab:orange",
+                     label=f"held-out loss {report.held_out['loss']:.3f}, accuracy {report.held_out['accuracy']:.1%}")
+        axes.legend()
+    axes.set_xlabel("step")
+    axes.set_ylabel("training loss (window mean)")
+    axes.set_title(f"{' + '.join(report.chosen)}: {report.steps_total} steps ({report.steps_restored} in pre-training)")
+    axes.grid(alpha=0.3)
+    write_figure_atomic(path, figure)
+    plt.close(figure)
 
 
 def evaluation_tables(evaluation: dict[str, Any]) -> Any:

@@ -2,9 +2,15 @@
 
 Every loader returns an *infinite*, batched ``tf.data.Dataset`` of ``(images float32 [B,H,W,C],
 labels int32 [B])`` with images scaled to [0, 1] and resized to the job's input shape, so the
-training engine can schedule any number of steps. ``make_dataset_fn`` wraps a source in the
+training engine can schedule any number of steps; ``evaluation_dataset`` gives the same examples
+once each, in order, for held-out evaluation. ``make_dataset_fn`` wraps a source in the
 ``dataset_fn(input_context)`` form that ``strategy.distribute_datasets_from_function`` and
 ``ClusterCoordinator.create_per_worker_dataset`` expect.
+
+A source may hold a share of its file out of training (``holdout``, the job's ``--eval-split``):
+example ``i`` (in file order; sorted file order for folders) is held out when
+``held_out_mask`` says so, a multiplicative hash of ``i + 1`` that spreads the held-out examples
+evenly through the file, the same in NumPy (checks, counts) and in the TF pipelines.
 
 File formats (``DataSource.kind``):
 
@@ -21,7 +27,7 @@ File formats (``DataSource.kind``):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -34,6 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DATA_KINDS = ("synthetic", "folder", "npz", "tfrecord")
+PARTS = ("train", "held_out")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+_HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative hash: consecutive indices spread over [0, 2**32)
 _KIND_ALIASES = {"image_folder": "folder", "images": "folder", "tfrecords": "tfrecord"}
 _SYNTHETIC_POOL_BATCHES = 64  # at most this many distinct random batches before the stream repeats
 _SYNTHETIC_POOL_BYTES = 32 * 2**20  # ... and at most this much image memory per worker
@@ -41,33 +50,83 @@ _SYNTHETIC_POOL_BYTES = 32 * 2**20  # ... and at most this much image memory per
 
 @dataclass(frozen=True)
 class DataSource:
-    """Where a job's training data comes from: ``kind`` in DATA_KINDS, ``path`` for files."""
+    """Where a job's data comes from: ``kind`` in DATA_KINDS, ``path`` for files (made absolute:
+    the training processes run elsewhere); ``holdout`` the share of the file kept out of training,
+    ``part`` which side of that split this source reads."""
 
     kind: str = "synthetic"
     path: str | None = None
     seed: int = 0
+    holdout: float = 0.0
+    part: str = "train"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", _KIND_ALIASES.get(self.kind, self.kind))
         if self.kind not in DATA_KINDS:
             raise ConfigError(f"Unknown data kind {self.kind!r}.", hint=f"use one of {', '.join(DATA_KINDS)}.")
+        if self.part not in PARTS:
+            raise ConfigError(f"Unknown data part {self.part!r}.", hint=f"use one of {', '.join(PARTS)}.")
+        if not 0.0 <= self.holdout < 1.0:
+            raise ConfigError(f"Held-out share {self.holdout} is outside [0, 1).", hint="give --eval-split 0.2, say.")
         if self.kind != "synthetic":
             if not self.path:
                 raise ConfigError(f"Data kind {self.kind} needs a path.", hint="pass --data PATH.")
-            if not Path(self.path).exists():
-                raise ConfigError(f"Data path {self.path} does not exist.", hint="check --data.")
+            path = Path(self.path).expanduser().absolute()
+            if not path.exists():
+                raise ConfigError(f"Data path {path} does not exist.", hint="check --data.")
+            object.__setattr__(self, "path", str(path))
+
+    def held_out(self) -> "DataSource":
+        """The examples this source keeps out of training."""
+        return replace(self, part="held_out")
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "path": self.path, "seed": self.seed}
+        data: dict[str, Any] = {"kind": self.kind, "path": self.path, "seed": self.seed}
+        if self.holdout:
+            data.update(holdout=self.holdout, part=self.part)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "DataSource":
         data = data or {}
-        return cls(kind=data.get("kind", "synthetic"), path=data.get("path"), seed=int(data.get("seed", 0)))
+        return cls(kind=data.get("kind", "synthetic"), path=data.get("path"), seed=int(data.get("seed", 0)),
+                   holdout=float(data.get("holdout", 0.0)), part=str(data.get("part", "train")))
+
+    def describe(self) -> str:
+        """How a table names it: "synthetic", or the file and the split's side."""
+        if self.kind == "synthetic":
+            return "synthetic"
+        side = f" ({'held-out' if self.part == 'held_out' else 'training'} part, {self.holdout:.0%} held out)" \
+            if self.holdout else ""
+        return f"{self.path}{side}"
 
 
-def _finish(ds: "tf.data.Dataset", spec: ModelSpec, shuffle_seed: int, shuffle: bool = True) -> "tf.data.Dataset":
-    """Resize, scale, shuffle, repeat forever and batch (dropping the remainder)."""
+def held_out_mask(count: int, holdout: float) -> Any:
+    """A boolean array: which of ``count`` examples (in file order) are held out."""
+    import numpy as np
+
+    hashed = ((np.arange(count, dtype=np.uint64) + np.uint64(1)) * np.uint64(_HASH_MULTIPLIER)) % np.uint64(2**32)
+    return hashed < np.uint64(int(holdout * 2**32))
+
+
+def _select_part(ds: "tf.data.Dataset", source: DataSource) -> "tf.data.Dataset":
+    """The examples of ``source.part`` from a dataset in file order (held_out_mask, in TF)."""
+    import tensorflow as tf
+
+    if not source.holdout:
+        return ds
+    threshold = tf.constant(int(source.holdout * 2**32), tf.int64)
+    keep_held_out = source.part == "held_out"
+
+    def wanted(index: Any, _example: Any) -> Any:
+        held = ((index + 1) * _HASH_MULTIPLIER) % (2**32) < threshold
+        return held if keep_held_out else tf.logical_not(held)
+
+    return ds.enumerate().filter(wanted).map(lambda _index, example: example)
+
+def _finish(ds: "tf.data.Dataset", spec: ModelSpec, shuffle_seed: int, training: bool = True) -> "tf.data.Dataset":
+    """Resize and scale; for training shuffle, repeat forever and batch (dropping the remainder),
+    for evaluation batch every example once, in order."""
     import tensorflow as tf
 
     height, width, channels = spec.input_shape
@@ -83,8 +142,9 @@ def _finish(ds: "tf.data.Dataset", spec: ModelSpec, shuffle_seed: int, shuffle: 
         return image, tf.cast(label, tf.int32)
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle:
-        ds = ds.shuffle(1024, seed=shuffle_seed, reshuffle_each_iteration=True)
+    if not training:
+        return ds.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE)
+    ds = ds.shuffle(1024, seed=shuffle_seed, reshuffle_each_iteration=True)
     return ds.repeat().batch(spec.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -117,10 +177,10 @@ def synthetic_dataset(spec: ModelSpec, seed: int = 0) -> "tf.data.Dataset":
     return ds.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
-def npz_dataset(path: str | Path, spec: ModelSpec, seed: int = 0) -> "tf.data.Dataset":
-    """Arrays ``x`` and ``y`` from a NumPy ``.npz`` file."""
+def read_npz(path: str | Path) -> tuple[Any, Any]:
+    """Arrays ``x`` [N,H,W,C] (or [N,H,W]) and ``y`` [N] of a ``.npz`` file; ConfigError naming the
+    file otherwise (data_check says what is wrong in more detail, before any server starts)."""
     import numpy as np
-    import tensorflow as tf
 
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -128,45 +188,74 @@ def npz_dataset(path: str | Path, spec: ModelSpec, seed: int = 0) -> "tf.data.Da
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"Cannot read x and y from {path}: {exc}.",
                           hint="save with numpy.savez(path, x=images, y=labels).") from exc
-    if x.ndim == 3:
-        x = x[..., None]
-    if x.ndim != 4 or len(x) != len(y) or len(x) == 0:
-        raise ConfigError(f"{path}: x has shape {x.shape}, y {y.shape}; need x [N,H,W,C] and y [N].",
-                          hint="save matching arrays x and y.")
-    _check_labels(y, spec, str(path))
+    return (x[..., None] if x.ndim == 3 else x), y
+
+
+def npz_dataset(source: DataSource, spec: ModelSpec, training: bool = True) -> "tf.data.Dataset":
+    """Arrays ``x`` and ``y`` from a NumPy ``.npz`` file (the source's part of them)."""
+    import tensorflow as tf
+
+    x, y = read_npz(source.path)
+    check_labels(y, spec.classes, source.path)
+    if source.holdout:
+        held = held_out_mask(len(x), source.holdout)
+        chosen = held if source.part == "held_out" else ~held
+        x, y = x[chosen], y[chosen]
     ds = tf.data.Dataset.from_tensor_slices((x, y.astype("int32")))
-    return _finish(ds, spec, seed)
+    return _finish(ds, spec, source.seed, training)
 
 
-def _check_labels(labels: Any, spec: ModelSpec, where: str) -> None:
+def check_labels(labels: Any, classes: int, where: str | None) -> None:
+    """ConfigError unless every label is an integer in [0, classes)."""
     import numpy as np
 
     labels = np.asarray(labels)
-    if labels.size and (labels.min() < 0 or labels.max() >= spec.classes):
-        raise ConfigError(f"{where}: labels span {labels.min()}..{labels.max()} but classes={spec.classes}.",
-                          hint=f"use --classes {int(labels.max()) + 1}.")
+    if labels.size == 0:
+        return
+    if not np.issubdtype(labels.dtype, np.integer):
+        if not np.issubdtype(labels.dtype, np.floating) or not np.all(labels == np.round(labels)):
+            raise ConfigError(f"{where}: labels are {labels.dtype}, not whole class numbers.",
+                              hint="save y as integers 0..classes-1.")
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= classes:
+        raise ConfigError(f"{where}: labels span {low}..{high}, outside 0..{classes - 1} for --classes {classes}.",
+                          hint=f"use --classes {high + 1}." if low >= 0 else "labels are class numbers from 0.")
 
 
-def folder_dataset(path: str | Path, spec: ModelSpec, seed: int = 0) -> "tf.data.Dataset":
-    """Images in class-per-subfolder layout, read with tf_keras' own directory loader."""
-    import tf_keras as keras
+def folder_files(path: str | Path) -> tuple[list[str], list[int], list[str]]:
+    """(image files, their class indices, class names) of a class-per-subfolder folder, sorted:
+    the class index is the sorted sub-folder order, as tf_keras' directory loader numbers them."""
+    root = Path(path)
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    files, labels = [], []
+    for index, name in enumerate(classes):
+        for file in sorted((root / name).rglob("*")):
+            if file.suffix.lower() in IMAGE_SUFFIXES and file.is_file():
+                files.append(str(file))
+                labels.append(index)
+    return files, labels, classes
 
-    height, width, channels = spec.input_shape
-    color_mode = {1: "grayscale", 3: "rgb", 4: "rgba"}.get(channels)
-    if color_mode is None:
-        raise ConfigError(f"Image folders need 1, 3 or 4 channels, not {channels}.", hint="fix --input-shape.")
-    try:
-        ds = keras.utils.image_dataset_from_directory(
-            str(path), labels="inferred", label_mode="int", color_mode=color_mode, batch_size=None,
-            image_size=(height, width), shuffle=True, seed=seed)
-    except ValueError as exc:
-        raise ConfigError(f"Cannot read images from {path}: {exc}",
-                          hint="put images in one sub-folder per class.") from exc
-    if len(ds.class_names) > spec.classes:
-        raise ConfigError(f"{path} has {len(ds.class_names)} classes but classes={spec.classes}.",
-                          hint=f"use --classes {len(ds.class_names)}.")
-    ds = ds.map(lambda image, label: (image / 255.0, label))
-    return _finish(ds, spec, seed)
+
+def folder_dataset(source: DataSource, spec: ModelSpec, training: bool = True) -> "tf.data.Dataset":
+    """Images in class-per-subfolder layout (the source's part of them)."""
+    import numpy as np
+    import tensorflow as tf
+
+    files, labels, _classes = folder_files(source.path)
+    if source.holdout:
+        held = held_out_mask(len(files), source.holdout)
+        chosen = held if source.part == "held_out" else ~held
+        files, labels = list(np.asarray(files)[chosen]), list(np.asarray(labels)[chosen])
+    channels = spec.input_shape[2]
+
+    def decode(file: Any, label: Any) -> tuple[Any, Any]:
+        image = tf.io.decode_image(tf.io.read_file(file), channels=channels if channels in (1, 3, 4) else 0,
+                                   expand_animations=False)
+        return image, label
+
+    ds = tf.data.Dataset.from_tensor_slices((files, np.asarray(labels, dtype="int32"))).map(
+        decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return _finish(ds, spec, source.seed, training)
 
 
 def _tfrecord_files(path: str | Path) -> list[str]:
@@ -192,15 +281,14 @@ def tfrecord_image_is_encoded(path: str | Path) -> bool:
     return example.features.feature["image"].WhichOneof("kind") == "bytes_list"
 
 
-def tfrecord_dataset(path: str | Path, spec: ModelSpec, seed: int = 0,
+def tfrecord_dataset(source: DataSource, spec: ModelSpec, training: bool = True,
                      encoded: bool | None = None) -> "tf.data.Dataset":
-    """``tf.train.Example`` records (features ``image`` and ``label``); ``path`` is a file or folder.
-
-    ``encoded`` says whether ``image`` holds PNG/JPEG bytes; None sniffs the first record, which
-    needs eager mode (pass it explicitly when building inside a ``tf.function``).
-    """
+    """``tf.train.Example`` records (features ``image`` and ``label``); the source's path is a file
+    or folder. ``encoded`` says whether ``image`` holds PNG/JPEG bytes; None sniffs the first
+    record, which needs eager mode (pass it explicitly when building inside a ``tf.function``)."""
     import tensorflow as tf
 
+    path = source.path
     files = _tfrecord_files(path)
     height, width, channels = spec.input_shape
     raw_len = height * width * channels
@@ -218,17 +306,25 @@ def tfrecord_dataset(path: str | Path, spec: ModelSpec, seed: int = 0,
             image = tf.reshape(tf.sparse.to_dense(parsed["image"])[:raw_len], (height, width, channels))
         return image, parsed["label"]
 
-    ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return _finish(ds, spec, seed)
+    ds = _select_part(tf.data.TFRecordDataset(files), source).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return _finish(ds, spec, source.seed, training)
+
+
+_LOADERS: dict[str, Callable[..., Any]] = {"npz": npz_dataset, "folder": folder_dataset, "tfrecord": tfrecord_dataset}
 
 
 def load_dataset(source: DataSource, spec: ModelSpec) -> "tf.data.Dataset":
     """The infinite batched dataset of ``source`` for ``spec``."""
     if source.kind == "synthetic":
         return synthetic_dataset(spec, source.seed)
-    loader: Callable[..., Any] = {"npz": npz_dataset, "folder": folder_dataset, "tfrecord": tfrecord_dataset}[
-        source.kind]
-    return loader(source.path, spec, source.seed)
+    return _LOADERS[source.kind](source, spec)
+
+
+def evaluation_dataset(source: DataSource, spec: ModelSpec) -> "tf.data.Dataset":
+    """Every example of ``source`` (of its part) once, in file order, batched: held-out evaluation."""
+    if source.kind == "synthetic":
+        raise ConfigError("Synthetic data has no held-out examples.", hint="evaluate on --eval-data or --eval-split.")
+    return _LOADERS[source.kind](source, spec, training=False)
 
 
 def make_dataset_fn(source: DataSource, spec: ModelSpec) -> Callable[[Any], "tf.data.Dataset"]:
@@ -247,7 +343,7 @@ def make_dataset_fn(source: DataSource, spec: ModelSpec) -> Callable[[Any], "tf.
         if source.kind == "synthetic":
             return synthetic_dataset(spec, source.seed + pipeline_id)
         if source.kind == "tfrecord":
-            ds = tfrecord_dataset(source.path, spec, source.seed, encoded=encoded)
+            ds = tfrecord_dataset(source, spec, encoded=encoded)
         else:
             ds = load_dataset(source, spec)
         return ds.shard(pipelines, pipeline_id) if pipelines > 1 else ds

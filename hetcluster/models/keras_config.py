@@ -56,6 +56,10 @@ def describe_keras_config(text: str | bytes | dict) -> KerasConfigModel:
         raise ConfigError(f"Model config is not valid JSON: {exc}.", hint=_HINT) from exc
     if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
         raise ConfigError("Model config is not a Keras model config.", hint=_HINT)
+    if str(config.get("keras_version", "")).startswith("3") or "module" in config or _holds_dtype_policy(config):
+        raise ConfigError("Model config was saved with Keras 3 (tf.keras in TensorFlow 2.16 and later); hetcluster "
+                          "trains tf_keras (Keras 2) models.",
+                          hint="build the model with `import tf_keras as keras` and save model.to_json() again.")
     kind = config.get("class_name")
     if kind == "Sequential":
         raise ConfigError("Model config is a Sequential model; hetcluster trains functional models.",
@@ -76,6 +80,16 @@ def describe_keras_config(text: str | bytes | dict) -> KerasConfigModel:
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
     return KerasConfigModel(f"{own_name}-{digest}", input_shape, classes, canonical)
+
+
+def _holds_dtype_policy(node: Any) -> bool:
+    """Keras 3 writes every layer's dtype as a DTypePolicy object (and the model's own "module");
+    tf_keras writes a dtype name."""
+    if isinstance(node, dict):
+        return node.get("class_name") == "DTypePolicy" or any(_holds_dtype_policy(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_holds_dtype_policy(value) for value in node)
+    return False
 
 
 def _config_of(layer: Any) -> dict:

@@ -141,6 +141,7 @@ class PretrainSettings:
     recheck_fastest: bool = True   # measure the fastest device alone again after the sets (step 5)
     opening_s: float = OPENING_S   # the opening run's window (step 3); 0: no opening run
     learning_rate: float = 0.01
+    optimizer: str = "sgd"
     run_timeout_s: float = 600.0
     ready_timeout_s: float = 120.0
 
@@ -159,7 +160,7 @@ class PretrainSettings:
 
     @classmethod
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None,
-                solo_runs: int) -> "PretrainSettings":
+                solo_runs: int, *, optimizer: str = "sgd", learning_rate: float = 0.01) -> "PretrainSettings":
         """The settings for a job of ``total_steps`` whose pre-training measures ``solo_runs`` devices
         alone (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its
         share of the phase's budget (step_cap_for_job), the phase at a third of the job
@@ -167,7 +168,7 @@ class PretrainSettings:
         size, no budget."""
         return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
                    max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, solo_runs, cls.max_sets),
-                   max_phase_steps=phase_budget_steps(total_steps))
+                   max_phase_steps=phase_budget_steps(total_steps), optimizer=optimizer, learning_rate=learning_rate)
 
     @property
     def step_cap(self) -> int:
@@ -250,6 +251,7 @@ class _Phase:
         self.steps_total = 0
         self.checkpoint_path: str | None = None
         self.cluster: Any = None   # the phase's LaunchedCluster (shared_servers), None until the first run
+        self.loss_curve: list[dict[str, float]] = []   # every run's, in step order (the job's curve starts here)
 
     def exclude(self, name: str, reason: str) -> None:
         if name not in self.excluded:
@@ -331,6 +333,7 @@ class _Phase:
                          memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
+                         optimizer=settings.optimizer,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          min_window_steps=settings.min_window_steps if len(names) == 1 else 0,
                          max_steps=self.steps_total + max(steps, cap or settings.step_cap),
@@ -355,6 +358,7 @@ class _Phase:
             raise
         self.steps_total = result.steps_total
         self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
+        self.loss_curve += result.loss_curve
         t0, t1, _ = result.measurement_window()
         self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
                                    "lost": list(result.lost_workers), "result": result, "what": what})
@@ -652,7 +656,7 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
                    warmup_s=settings.warmup_s,
                    steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
                    idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)),
-                   memory_graph=_memory_graph(model))
+                   memory_graph=_memory_graph(model), loss_curve=phase.loss_curve)
 
 
 def _memory_graph(model: Any) -> dict[str, Any] | None:

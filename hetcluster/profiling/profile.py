@@ -107,6 +107,10 @@ class Profile:
     # made on; None where no plan was made (no memory budget known) and in profiles before 2026-11-29.
     # Planning from the profile adopts it for this model, input shape and classes, so it builds no model
     memory_graph: dict[str, Any] | None = None
+    # what the pre-training trained on (training.spec.Training.recorded): data, optimizer, learning
+    # rate; its checkpoint carries them into the job, which must train on the same
+    training: dict[str, Any] = field(default_factory=dict)
+    loss_curve: list[dict[str, float]] = field(default_factory=list)   # its runs' training loss (RunResult.loss_curve)
 
     def device(self, name: str) -> DeviceProfile:
         for device in self.devices:

@@ -311,4 +311,5 @@ def segment_record(run: MeasuredRun) -> dict[str, Any]:
             "steps_restored": r.steps_restored, "steps_per_worker": r.steps_per_worker,
             "steps_unattributed": r.steps_unattributed, "lost_workers": r.lost_workers,
             "final_loss": r.final_loss, "stopped": r.stopped, "checkpoint_path": r.checkpoint_path,
-            "devices": run.devices, "steps_per_s": r.steps_per_s, "memory_plan": r.memory_plan}
+            "devices": run.devices, "steps_per_s": r.steps_per_s, "memory_plan": r.memory_plan,
+            "loss_curve": r.loss_curve}

@@ -48,7 +48,7 @@ from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable, free_port, port_bindable
 from hetcluster.training.spec import (ClusterAddresses, RunResult, TrainSpec, barrier_rounds,
-                                      common_steady_steps, steps_past_warmup, warmup_count)
+                                      common_steady_steps, loss_curve, steps_past_warmup, warmup_count)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -143,6 +143,13 @@ def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer:
     return (lambda _model, x, y: step.gradients_fn(x, y)), plan.technique
 
 
+def make_optimizer(keras: Any, name: str, learning_rate: float) -> Any:
+    """The job's optimizer: SGD with momentum 0.9, or Adam."""
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=learning_rate)
+    return keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
+
+
 class _Trainer:
     """Model, optimizer, checkpoint and traced step of one run on one cluster."""
 
@@ -154,7 +161,7 @@ class _Trainer:
         self.spec, self.cluster, self.strategy, self.coordinator = spec, cluster, strategy, coordinator
         with strategy.scope():
             self.model = build_from_spec(spec.model)
-            self.optimizer = keras.optimizers.SGD(learning_rate=spec.learning_rate, momentum=0.9)
+            self.optimizer = make_optimizer(keras, spec.optimizer, spec.learning_rate)
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
         self.manager = None
@@ -498,4 +505,5 @@ def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamp
         warmup_steps=min(spec.warmup_steps, len(applied)),
         warmup_s=spec.warmup_s,
         memory_plan=trainer.memory_plan,
+        loss_curve=loss_curve([(s.end_s, s.loss) for s in applied], restored + 1, start_wall_s),
     )

@@ -84,6 +84,10 @@ class TrainReport:
     checkpoint_path: str | None = None
     segments: int = 1
     memory_plan: str = ""  # the memory scheduler's technique the step ran under ("" = plain TensorFlow)
+    loss_curve: list[dict[str, float]] = field(default_factory=list)   # every segment's, in step order
+    model_path: str | None = None       # the exported model (tf_keras.models.load_model), once trained
+    weights_path: str | None = None
+    held_out: dict[str, Any] | None = None   # the exported model's loss, accuracy, examples, source
 
     @property
     def errors(self) -> dict[str, float | None]:

@@ -60,13 +60,63 @@ class ClusterAddresses:
         return cls(workers=dict(data["workers"]), ps=list(data["ps"]), chief=str(data["chief"]))
 
 
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class Training:
+    """How a job trains, beyond its model: the data, the held-out data its model is scored on (None:
+    not scored), the optimizer and its learning rate. A profile records what it was measured with
+    (``recorded``), and a job refuses a profile made otherwise (``difference``)."""
+
+    data: DataSource = field(default_factory=DataSource)
+    eval_data: DataSource | None = None
+    optimizer: str = "sgd"
+    learning_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        check_optimizer(self.optimizer, self.learning_rate)
+
+    def recorded(self) -> dict:
+        """What a profile keeps: the training data, optimizer and learning rate."""
+        return {"data": self.data.to_dict(), "optimizer": self.optimizer, "learning_rate": self.learning_rate}
+
+    def difference(self, recorded: dict | None) -> str | None:
+        """How a profile's record differs from this job, in words; None when it matches (or the
+        profile recorded nothing)."""
+        if not recorded:
+            return None
+        data = recorded.get("data")
+        if data is not None:
+            was = (data.get("kind", "synthetic"), data.get("path"), float(data.get("holdout", 0.0)))
+            if was != (self.data.kind, self.data.path, self.data.holdout):
+                held = f" ({was[2]:.0%} held out)" if was[2] else ""
+                return f"data {was[1] or 'synthetic'}{held}, not {self.data.describe()}"
+        if recorded.get("optimizer", self.optimizer) != self.optimizer:
+            return f"--optimizer {recorded['optimizer']}, not {self.optimizer}"
+        if float(recorded.get("learning_rate", self.learning_rate)) != self.learning_rate:
+            return f"--learning-rate {recorded['learning_rate']:g}, not {self.learning_rate:g}"
+        return None
+
+
+def check_optimizer(optimizer: str, learning_rate: float) -> None:
+    """ConfigError unless the optimizer is known and the learning rate a positive finite number."""
+    import math
+
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"Unknown optimizer {optimizer!r}.", hint=f"use --optimizer {' or '.join(OPTIMIZERS)}.")
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise ConfigError(f"--learning-rate {learning_rate} must be a positive number.", hint="e.g. 0.01 for SGD, 0.001 for Adam.")
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """One training run: the model and data, how many steps in all, and where checkpoints live.
 
     ``total_steps`` is the job's total of applied steps *including* those already in the restored
     checkpoint; the run applies exactly ``total_steps - restored`` more. ``checkpoint_every_steps``
-    = 0 writes only the final checkpoint. ``learning_rate`` drives plain SGD with momentum 0.9.
+    = 0 writes only the final checkpoint. ``optimizer`` "sgd" (momentum 0.9) or "adam", at
+    ``learning_rate``.
     ``memory_budget_bytes`` > 0 runs the memory scheduler's plan for that per-worker budget
     (``hetcluster.memory``) inside the step; one traced step serves every worker, so pass the
     smallest budget among the chosen workers.
@@ -102,6 +152,7 @@ class TrainSpec:
     checkpoint_every_steps: int = 0
     max_checkpoints: int = 3
     learning_rate: float = 0.01
+    optimizer: str = "sgd"
     warmup_steps: int = 0
     warmup_s: float = 0.0
     memory_budget_bytes: int = 0
@@ -120,6 +171,7 @@ class TrainSpec:
                               hint="give the most steps a measurement run may take.")
         if self.checkpoint_every_steps < 0 or self.warmup_steps < 0 or self.warmup_s < 0:
             raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
+        check_optimizer(self.optimizer, self.learning_rate)
 
     @property
     def extends_window(self) -> bool:
@@ -213,6 +265,7 @@ class RunResult:
     waits for the slowest worker's last step, which a continuous run would not; empty in results
     recorded before it was kept). ``memory_plan`` is the memory scheduler's technique the step ran
     under (``TrainSpec.memory_budget_bytes``; "" = plain TensorFlow, no plan asked for).
+    ``loss_curve`` is the training loss over the run's steps (:func:`loss_curve`).
     """
 
     steps_applied: int
@@ -232,6 +285,7 @@ class RunResult:
     warmup_s: float = 0.0
     round_starts_wall_s: list[float] = field(default_factory=list)
     memory_plan: str = ""
+    loss_curve: list[dict[str, float]] = field(default_factory=list)   # loss_curve(): windows of steps
 
     @property
     def steps_unattributed(self) -> int:
@@ -382,3 +436,28 @@ class RunResult:
         data.pop("steps_unattributed", None)
         data["step_times"] = [(float(a), float(b), str(w)) for a, b, w in data.get("step_times", [])]
         return cls(**data)
+
+
+LOSS_CURVE_WINDOWS = 40
+
+
+def loss_curve(losses_by_end: Sequence[tuple[float, float]], first_step: int, start_wall_s: float,
+               windows: int = LOSS_CURVE_WINDOWS) -> list[dict[str, float]]:
+    """The training loss smoothed over windows of consecutive applied steps: ``losses_by_end`` is
+    (end_wall_s, loss) per applied step, the first of them step ``first_step``. Each window: its
+    first and last step, the mean loss of its steps, and when it ended (seconds into the run) and
+    lasted."""
+    ordered = sorted(losses_by_end)
+    if not ordered:
+        return []
+    size = max(1, -(-len(ordered) // windows))
+    curve = []
+    window_start_s = start_wall_s
+    for index in range(0, len(ordered), size):
+        chunk = ordered[index:index + size]
+        end_s = chunk[-1][0]
+        curve.append({"first_step": first_step + index, "last_step": first_step + index + len(chunk) - 1,
+                      "loss": sum(loss for _, loss in chunk) / len(chunk),
+                      "end_s": round(end_s - start_wall_s, 3), "time_s": round(end_s - window_start_s, 3)})
+        window_start_s = end_s
+    return curve
