@@ -33,6 +33,8 @@ def plan_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    eval_data: Optional[Path] = opt.EVAL_DATA,
+    eval_split: Optional[float] = opt.EVAL_SPLIT,
     optimizer: str = opt.OPTIMIZER,
     learning_rate: float = opt.LEARNING_RATE,
     total_steps: int = opt.TOTAL_STEPS,
@@ -56,7 +58,7 @@ def plan_command(
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training (without --profile) stops the servers it started
         plan = make_plan(objective=objective, inventory=inventory, model=model, model_config=model_config,
                          input_shape=input_shape, classes=classes, batch_size=batch_size, data=data,
-                         optimizer=optimizer, learning_rate=learning_rate,
+                         eval_data=eval_data, eval_split=eval_split, optimizer=optimizer, learning_rate=learning_rate,
                          total_steps=total_steps, pretrain_steps=pretrain_steps, warmup_steps=warmup_steps,
                          workdir=workdir, profile=profile, deadline=deadline, max_power=max_power,
                          max_energy=max_energy, require=require, exclude=exclude, device_kind=device_kind,

@@ -21,6 +21,7 @@ def profile_command(
     classes: Optional[int] = opt.CLASSES,
     batch_size: int = opt.BATCH_SIZE,
     data: Optional[Path] = opt.DATA,
+    eval_split: Optional[float] = opt.EVAL_SPLIT,
     optimizer: str = opt.OPTIMIZER,
     learning_rate: float = opt.LEARNING_RATE,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
@@ -40,7 +41,7 @@ def profile_command(
     opt.check_device_kind(device_kind)
     console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
-    job_training = opt.training(data, None, None, optimizer, learning_rate, spec, console)
+    job_training = opt.training(data, None, eval_split, optimizer, learning_rate, spec, console)
     fleet = opt.load_fleet(inventory)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training stops the servers it started
         profile = run_pretraining_with_display(fleet, spec, job_training, workdir, steps_per_run=pretrain_steps,
