@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
-.PHONY: setup test test-fast demo protos check-protos bench clean
+.PHONY: setup lint test test-fast demo protos check-protos bench clean
 
 ## pip byte-compiles on one core (129 s of install on a 2-core host); compileall on every core (52 s of
 ## install, then 36 s). A module that does not compile is skipped, as pip would skip it.
@@ -31,8 +31,13 @@ define pytest_in_two_phases
 	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
 endef
 
-## Runs the whole test suite (slow end-to-end tests included), after the stub drift check.
-test: setup
+## Style by tools: ruff (pyproject.toml), and the rules it cannot see (scripts/check_prose.py).
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) scripts/check_prose.py
+
+## Runs the whole test suite (slow end-to-end tests included), after the lint and the stub drift check.
+test: setup lint
 	PYTHON=$(PY) scripts/check_protos.sh
 	$(call pytest_in_two_phases)
 

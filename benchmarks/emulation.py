@@ -113,11 +113,18 @@ def step_time_benchmark(profiles: list[DeviceProfile], steps_full: int, repeats:
             result = measure_step_time(name, share, steps, warmup=3, kind=kind)
             if name not in best or result["step_time_s"] < best[name]["step_time_s"]:
                 best[name] = {**result, "share": share}
-            print(f"  run {repeat + 1}/{repeats} {name:<14} share {share:<5g} step {result['step_time_s'] * 1000:8.1f} ms "
-                  f"cpu {result['cpu_fraction']:.3f} cores ({result['slowdown']}, load {os.getloadavg()[0]:.2f})", flush=True)
+            print(
+                f"  run {repeat + 1}/{repeats} {name:<14} share {share:<5g} step {result['step_time_s'] * 1000:8.1f} "
+                "ms "
+                f"cpu {result['cpu_fraction']:.3f} cores ({result['slowdown']}, load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
     print("\nbest of runs (mean step time over the timed steps):")
     for name, result in best.items():
-        print(f"  {name:<14} share {result['share']:<5g} step {result['step_time_s'] * 1000:8.1f} ms  cpu {result['cpu_fraction']:.3f}")
+        print(
+            f"  {name:<14} share {result['share']:<5g} step {result['step_time_s'] * 1000:8.1f} ms  cpu "
+            f"{result['cpu_fraction']:.3f}"
+        )
     ratio = best["ref-0.25"]["step_time_s"] / best["ref-1.0"]["step_time_s"]
     verdict = "PASS" if abs(ratio / 4.0 - 1.0) <= 0.15 else "FAIL"
     print(f"\nreference pair: step-time ratio share 0.25 / share 1.0 = {ratio:.3f} (expected 4.0 +-15%): {verdict}")
@@ -126,7 +133,10 @@ def step_time_benchmark(profiles: list[DeviceProfile], steps_full: int, repeats:
         fast, slow = sorted((a, b), key=lambda n: -best[n]["share"])
         measured = best[slow]["step_time_s"] / best[fast]["step_time_s"]
         configured = best[fast]["share"] / best[slow]["share"]
-        print(f"  {slow:>14} / {fast:<14} measured {measured:6.3f}  configured {configured:6.3f}  error {100 * (measured / configured - 1):+6.1f}%")
+        print(
+            f"  {slow:>14} / {fast:<14} measured {measured:6.3f}  configured {configured:6.3f}  error "
+            f"{100 * (measured / configured - 1):+6.1f}%"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
@@ -142,7 +152,9 @@ def receive(host: str, port: int) -> None:
             break
         started = started or time.perf_counter()
         received += len(chunk)
-    print(json.dumps({"bytes": received, "seconds": time.perf_counter() - (started or time.perf_counter())}), flush=True)
+    print(
+        json.dumps({"bytes": received, "seconds": time.perf_counter() - (started or time.perf_counter())}), flush=True
+    )
 
 
 def send(host: str, port: int, total_bytes: int) -> None:
@@ -158,12 +170,18 @@ def send(host: str, port: int, total_bytes: int) -> None:
 def transfer(receiver_prefix: list[str], sender_prefix: list[str], host: str, total_bytes: int) -> float:
     port = 47000 + os.getpid() % 1000
     me = str(Path(__file__).resolve())
-    receiver = subprocess.Popen([*receiver_prefix, sys.executable, me, "--recv", f"{host}:{port}"], stdout=subprocess.PIPE, text=True)
+    receiver = subprocess.Popen(
+        [*receiver_prefix, sys.executable, me, "--recv", f"{host}:{port}"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert receiver.stdout is not None
         if receiver.stdout.readline().strip() != "listening":
             raise RuntimeError("receiver did not start")
-        subprocess.run([*sender_prefix, sys.executable, me, "--send", f"{host}:{port}", "--bytes", str(total_bytes)], check=True, timeout=120)
+        subprocess.run(
+            [*sender_prefix, sys.executable, me, "--send", f"{host}:{port}", "--bytes", str(total_bytes)],
+            check=True,
+            timeout=120,
+        )
         result = json.loads(receiver.stdout.readline())
         receiver.wait(timeout=10)
     finally:
@@ -176,7 +194,9 @@ def transfer(receiver_prefix: list[str], sender_prefix: list[str], host: str, to
 def shaped_benchmark(a: DeviceProfile, b: DeviceProfile, total_bytes: int) -> None:
     from hetcluster.emulation.netns import create_network, exec_prefix, remove_network
 
-    network = create_network("bench", str(os.getpid()), [(p.name, p.link_bandwidth_mbit_per_s, p.link_latency_ms) for p in (a, b)])
+    network = create_network(
+        "bench", str(os.getpid()), [(p.name, p.link_bandwidth_mbit_per_s, p.link_latency_ms) for p in (a, b)]
+    )
     try:
         link_a, link_b = network.links
         prefix_a, _ = exec_prefix(link_a.netns)
@@ -192,7 +212,10 @@ def shaped_benchmark(a: DeviceProfile, b: DeviceProfile, total_bytes: int) -> No
         for label, receiver, sender, host, expected in cases:
             measured = transfer(receiver, sender, host, total_bytes)
             verdict = "PASS" if abs(measured / expected - 1.0) <= 0.20 else "FAIL"
-            print(f"  {label:<42} {measured:8.1f} Mbit/s  configured {expected:8.1f}  error {100 * (measured / expected - 1):+6.1f}%  {verdict}")
+            print(
+                f"  {label:<42} {measured:8.1f} Mbit/s  configured {expected:8.1f}  error "
+                f"{100 * (measured / expected - 1):+6.1f}%  {verdict}"
+            )
     finally:
         left = remove_network(network)
         if left:

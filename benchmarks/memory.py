@@ -112,10 +112,16 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         times.append(time.perf_counter() - t0)
         cpu_times.append(time.process_time() - c0)
         peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
-    return {"measured_peak_bytes": max(peaks), "resident_bytes": resident, "step_s": min(times), "step_cpu_s": min(cpu_times),
-            "predicted_peak_bytes": prediction, "technique": plan.technique if spec["scheduled"] else "plain",
-            "predicted_slowdown": plan.predicted_slowdown if spec["scheduled"] else 0.0,
-            "baseline_peak_bytes": plan.baseline_peak_bytes}
+    return {
+        "measured_peak_bytes": max(peaks),
+        "resident_bytes": resident,
+        "step_s": min(times),
+        "step_cpu_s": min(cpu_times),
+        "predicted_peak_bytes": prediction,
+        "technique": plan.technique if spec["scheduled"] else "plain",
+        "predicted_slowdown": plan.predicted_slowdown if spec["scheduled"] else 0.0,
+        "baseline_peak_bytes": plan.baseline_peak_bytes,
+    }
 
 
 # ---- orchestration (parent process) ---------------------------------------------------------------
@@ -152,7 +158,7 @@ def largest(lo: int, hi: int, fits) -> int:  # type: ignore[no-untyped-def]
 
 def predicted_largest_batch(model_name: str, hw: int, budget: int, scheduled: bool) -> int:
     from hetcluster.memory import plan_for_budget
-    from hetcluster.memory.fit import graph_of
+    from hetcluster.memory.model_graph import graph_of
 
     g1 = graph_of(model_name, 1, (hw, hw, 3), 10)
 
@@ -221,11 +227,16 @@ def part_one() -> None:
               f"{ours['measured_peak_bytes'] / ours['baseline_peak_bytes']:.2f}")
         if hw == 64:  # the least intrusive plan for a budget of 3/4 of plain's measured peak
             budget = int(0.75 * plain["measured_peak_bytes"])
-            mid = run(f"resnet50 {hw}x{hw} budget {budget / MIB:.0f} MiB", {**base, "scheduled": True, "budget": budget})
-            print(f"  {hw}x{hw}, budget {budget / MIB:.0f} MiB: peak ratio "
-                  f"{mid['measured_peak_bytes'] / plain['measured_peak_bytes']:.2f}, step time "
-                  f"{mid['step_s'] / plain['step_s'] - 1:+.0%} wall, {mid['step_cpu_s'] / plain['step_cpu_s'] - 1:+.0%} CPU "
-                  f"(predicted {mid['predicted_slowdown']:+.0%})")
+            mid = run(
+                f"resnet50 {hw}x{hw} budget {budget / MIB:.0f} MiB", {**base, "scheduled": True, "budget": budget}
+            )
+            print(
+                f"  {hw}x{hw}, budget {budget / MIB:.0f} MiB: peak ratio "
+                f"{mid['measured_peak_bytes'] / plain['measured_peak_bytes']:.2f}, step time "
+                f"{mid['step_s'] / plain['step_s'] - 1:+.0%} wall, {mid['step_cpu_s'] / plain['step_cpu_s'] - 1:+.0%} "
+                "CPU "
+                f"(predicted {mid['predicted_slowdown']:+.0%})"
+            )
 
 
 
@@ -246,9 +257,10 @@ def part_two() -> None:
 def part_three() -> None:
     print("3) Deepest CIFAR ResNet (basic blocks, depth 6n+2), batch 32, 32x32, under a fixed budget")
     budget = 160 * MIB
+    import tf_keras as keras
+
     from hetcluster.memory import plan_for_budget
     from hetcluster.memory.keras_graph import extract_graph
-    import tf_keras as keras
 
     def fits_depth(n: int, scheduled: bool) -> bool:
         plan = plan_for_budget(extract_graph(deep_resnet(keras, n), 32), budget)

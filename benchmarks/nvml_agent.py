@@ -60,7 +60,8 @@ try:
     sync, mm, lib = torch.cuda.synchronize, torch.matmul, "torch"
 except Exception:
     import cupy
-    a = cupy.random.standard_normal((n, n), dtype=cupy.float32); b = cupy.random.standard_normal((n, n), dtype=cupy.float32)
+    a = cupy.random.standard_normal((n, n), dtype=cupy.float32); b = cupy.random.standard_normal((n, n),
+    dtype=cupy.float32)
     sync, mm, lib = cupy.cuda.Device().synchronize, cupy.matmul, "cupy"
 print(lib, flush=True)
 while True:
@@ -238,7 +239,9 @@ def phases_run(client: AgentClient, poller: DirectPoller, idle_s: float, load_s:
           f"measured={all(s.measured for s in samples)})")
     print(f"    agent counter difference {counter_j:9.1f} J")
     print(f"    trapezoid over power_w   {trapezoid_j:9.1f} J ({(trapezoid_j / counter_j - 1) * 100:+.2f}%)")
-    print(f"    NVML counter, this process, from before the stream to after it: {counter_end_j - counter_start_j:9.1f} J")
+    print(
+        f"    NVML counter, this process, from before the stream to after it: {counter_end_j - counter_start_j:9.1f} J"
+    )
     result["energy"] = {"agent_counter_j": counter_j, "trapezoid_j": trapezoid_j,
                         "direct_counter_j": counter_end_j - counter_start_j, "stream_s": wall1 - wall0,
                         "sources": sources}
@@ -261,7 +264,10 @@ def rates_under_load(client: AgentClient, seconds: float, result: dict) -> None:
 
 def counter_cadence(seconds: float, result: dict) -> None:
     """(5): run inside gpu_load()."""
-    print(f"(5) the energy counter's update cadence under GPU load ({seconds:.0f} s tight loop), and the driver's power readings")
+    print(
+        f"(5) the energy counter's update cadence under GPU load ({seconds:.0f} s tight loop), and the driver's power "
+        "readings"
+    )
     lib = nvml.load_nvml()
     lib.nvmlInit()
     try:
@@ -280,9 +286,15 @@ def counter_cadence(seconds: float, result: dict) -> None:
         gaps_ms = sorted((b[0] - a[0]) * 1e3 for a, b in zip(changes, changes[1:]))
         per_change_j = sorted(d / 1000.0 for _, d in changes)
         q = lambda xs, f: xs[min(len(xs) - 1, int(f * (len(xs) - 1)))]  # noqa: E731
-        print(f"    {len(costs_s)} reads, {len(changes)} changes; read cost median {statistics.median(costs_s) * 1e3:.3f} ms")
-        print(f"    interval between changes: median {q(gaps_ms, 0.5):.1f} ms, p10 {q(gaps_ms, 0.1):.1f}, p90 {q(gaps_ms, 0.9):.1f}, "
-              f"max {gaps_ms[-1]:.1f}; joules per change median {q(per_change_j, 0.5):.2f}")
+        print(
+            f"    {len(costs_s)} reads, {len(changes)} changes; read cost median "
+            f"{statistics.median(costs_s) * 1e3:.3f} ms"
+        )
+        print(
+            f"    interval between changes: median {q(gaps_ms, 0.5):.1f} ms, p10 {q(gaps_ms, 0.1):.1f}, p90 "
+            f"{q(gaps_ms, 0.9):.1f}, "
+            f"max {gaps_ms[-1]:.1f}; joules per change median {q(per_change_j, 0.5):.2f}"
+        )
         result["counter"] = {"reads": len(costs_s), "changes": len(changes),
                              "read_cost_ms": statistics.median(costs_s) * 1e3,
                              "gap_ms_p10_p50_p90_max": [q(gaps_ms, 0.1), q(gaps_ms, 0.5), q(gaps_ms, 0.9), gaps_ms[-1]],
@@ -291,7 +303,9 @@ def counter_cadence(seconds: float, result: dict) -> None:
         readers = {"GetPowerUsage": lambda: lib.nvmlDeviceGetPowerUsage(handle) / 1000.0}
         instant = getattr(lib, "NVML_FI_DEV_POWER_INSTANT", None)
         if instant is not None:
-            readers["FI_DEV_POWER_INSTANT"] = lambda: lib.nvmlDeviceGetFieldValues(handle, [instant])[0].value.uiVal / 1000.0
+            readers["FI_DEV_POWER_INSTANT"] = lambda: (
+                lib.nvmlDeviceGetFieldValues(handle, [instant])[0].value.uiVal / 1000.0
+            )
         for name, read in readers.items():
             try:
                 values = []
@@ -302,7 +316,10 @@ def counter_cadence(seconds: float, result: dict) -> None:
                 print(f"    {name}: {exc}")
                 continue
             mean, cv = spread(values)
-            print(f"    {name:<22} at 10 Hz: mean {mean:7.1f} W, CV {cv * 100:5.1f}%, min {min(values):.1f}, max {max(values):.1f}")
+            print(
+                f"    {name:<22} at 10 Hz: mean {mean:7.1f} W, CV {cv * 100:5.1f}%, min {min(values):.1f}, max "
+                f"{max(values):.1f}"
+            )
             result[name] = {"mean_w": mean, "cv": cv}
     finally:
         lib.nvmlShutdown()

@@ -49,8 +49,10 @@ def measure(inventory, devices: list[str], models: list[str], pairs: int) -> Non
             rates = {}
             for open_plane in ((False, True) if pair % 2 == 0 else (True, False)):
                 rates[open_plane] = one_run(inventory, devices, spec, open_plane)
-                print(f"{model} pair {pair}: {'open' if open_plane else 'closed'} plane {rates[open_plane]:.2f} steps/s",
-                      flush=True)
+                print(
+                    f"{model} pair {pair}: {'open' if open_plane else 'closed'} plane {rates[open_plane]:.2f} steps/s",
+                    flush=True,
+                )
             ratios.append(rates[False] / rates[True])
             print(f"{model} pair {pair}: ratio closed/open {ratios[-1]:.3f}", flush=True)
         print(f"{model}: median ratio closed/open {statistics.median(ratios):.3f} over {len(ratios)} interleaved pairs "

@@ -99,8 +99,16 @@ def one_fleet(seed: int, kind: str, n: int, idle_counts: bool, noise: float = 0.
     rng = np.random.default_rng(seed)
     fleet = random_fleet(rng, n)
     truth = Truth(kind, rng, np.array([f[1] for f in fleet]))
-    devices = [DeviceMeasurement(name, r * float(np.exp(rng.normal(0, noise))), busy * float(np.exp(rng.normal(0, noise))),
-                                 idle, steps_per_s_std=noise * r) for name, r, idle, busy in fleet]
+    devices = [
+        DeviceMeasurement(
+            name,
+            r * float(np.exp(rng.normal(0, noise))),
+            busy * float(np.exp(rng.normal(0, noise))),
+            idle,
+            steps_per_s_std=noise * r,
+        )
+        for name, r, idle, busy in fleet
+    ]
     order = np.argsort([-f[1] for f in fleet])
     if SETS == "profiler":
         from hetcluster.profiling.sets import calibration_sets
@@ -169,8 +177,11 @@ def main() -> None:
         )
         print(f"{kind:10s} {line}")
     hits = [h for v in totals.values() for h, _ in v]
-    print(f"overall hit rate {100 * np.mean(hits):.1f}% over {len(hits)} choices "
-          f"({args.fleets} fleets × {len(kinds)} truths × 4 objectives, {args.devices} devices, noise {args.noise:g}) in {time.perf_counter() - started:.1f} s")
+    print(
+        f"overall hit rate {100 * np.mean(hits):.1f}% over {len(hits)} choices "
+        f"({args.fleets} fleets × {len(kinds)} truths × 4 objectives, {args.devices} devices, noise {args.noise:g}) "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
 
 
 if __name__ == "__main__":

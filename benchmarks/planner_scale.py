@@ -44,7 +44,12 @@ def runs_for(devices, family: str, rng) -> list[RunMeasurement]:
         W[0, subset] = 1.0
         x = utilisation(W, rates, truth)[0] * rates
         total = float(x[subset].sum()) * float(np.exp(rng.normal(0, 0.02)))
-        power = float(sum(devices[i].idle_power_w + (devices[i].busy_power_w - devices[i].idle_power_w) * x[i] / rates[i] for i in subset))
+        power = float(
+            sum(
+                devices[i].idle_power_w + (devices[i].busy_power_w - devices[i].idle_power_w) * x[i] / rates[i]
+                for i in subset
+            )
+        )
         names = tuple(devices[i].name for i in subset)
         runs.append(RunMeasurement(names, 100, 100 / total, total, power,
                                    per_device_steps={devices[i].name: int(round(x[i] * 100 / total)) for i in subset}))
@@ -82,8 +87,11 @@ def main() -> None:
         fit_s, models = timed(lambda: FittedModels.fit(devices, runs, job), 1)
         plan_s, result = timed(lambda: plan(devices, runs, job, "edp", models=models), args.repeat)
         total = result.table.attrs.get("configurations_total", len(result.table))
-        print(f"{'1000 devices, 12 classes':<28}{models.throughput.contention.family:<11}{len(result.table):>10}"
-              f"{fit_s:>8.3f}{'(search)':>12}{'':>10}{fit_s + plan_s:>9.3f}   searched {len(result.table)} of {total:.3g} count vectors")
+        print(
+            f"{'1000 devices, 12 classes':<28}{models.throughput.contention.family:<11}{len(result.table):>10}"
+            f"{fit_s:>8.3f}{'(search)':>12}{'':>10}{fit_s + plan_s:>9.3f}   searched {len(result.table)} of "
+            f"{total:.3g} count vectors"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -13,7 +13,8 @@ each device, the PS here). On those servers, alternately:
 Both train small_cnn (32x32x3, batch 32) with 20 warm-up steps and then time ``--steps`` steps.
 Prints each pair and the median ratio hetcluster / bare (target >= 0.97).
 
-    .venv/bin/python benchmarks/ps_overhead.py --inventory cluster.toml --devices server,jetson-nano [--steps 300] [--reps 3]
+    .venv/bin/python benchmarks/ps_overhead.py --inventory cluster.toml --devices server,jetson-nano [--steps 300]
+    [--reps 3]
 
 ``--no-power`` leaves the PowerRecorders out, to tell their cost from the engine's.
 """

@@ -7,7 +7,8 @@ catalog (the default five: server,jetson-xavier,jetson-nano,rpi4,phone — 31 co
 experiments/catalog_untuned.toml, devices the planner was never developed on); `--network shaped`
 (root) rate-shapes each device's link to its catalog bandwidth, so a slow link slows its device. For each
 model, `hetcluster evaluate` pre-trains once, predicts all 2^n − 1 configurations, trains every one
-of them for real from the same pre-training checkpoint, and scores each objective's choice. This script brings the fleet up in its
+of them for real from the same pre-training checkpoint, and scores each objective's choice. This script brings the
+fleet up in its
 own state dir, runs evaluate per model, always tears the fleet down, and writes under
 experiments/results/choice_accuracy/<full|reduced>/:
 
@@ -49,7 +50,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments.accuracy import plot_accuracy, plot_errors, plot_predicted_vs_measured, tables
-from experiments.common import PLATFORMS, REFERENCE_EXACT_RATE, RESULTS, emulated_fleet, machine_info, read_json, run_cli, write_json
+from experiments.common import (
+    PLATFORMS,
+    REFERENCE_EXACT_RATE,
+    RESULTS,
+    emulated_fleet,
+    machine_info,
+    read_json,
+    run_cli,
+    write_json,
+)
 from experiments.host_watch import BIN_FIELDS, TOTAL_KEYS, ForeignCpu, host_cpu_between
 from hetcluster.emulation.cluster import NETWORK_MODES
 
@@ -145,20 +155,30 @@ def evaluate_model(setting: Setting, inventory: Path, raw_dir: Path, work_dir: P
     return record
 
 
-def host_cpu_of_phases(watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0) -> dict[str, dict[str, float]]:
+def host_cpu_of_phases(
+    watched: dict[str, Any], profile: dict[str, Any], warn_above_s: float = 5.0
+) -> dict[str, dict[str, float]]:
     """The CPU seconds of other work (``foreign_cpu_s``), of the kernel's threads (``kernel_cpu_s``),
     of interrupts (``interrupt_cpu_s``, mostly the fleet's own loopback traffic), stolen by the
     hypervisor (``steal_s``) and the host's rest no process holds (``unattributed_cpu_s``; host_watch.py),
     each during the evaluation's pre-training (its profile's last pretrain_time_s before
     created_wall_s) and after it (the trainings, up to now); a warning when the pre-training had
     more than ``warn_above_s`` of other work: its short windows read every rate low."""
-    start_s, end_s, now_s = profile["created_wall_s"] - profile["pretrain_time_s"], profile["created_wall_s"], time.time()
+    start_s, end_s, now_s = (
+        profile["created_wall_s"] - profile["pretrain_time_s"],
+        profile["created_wall_s"],
+        time.time(),
+    )
     phases = {TOTAL_KEYS[field]: {"pretraining": host_cpu_between(watched, start_s, end_s, field),
                                   "trainings": host_cpu_between(watched, end_s, now_s, field)} for field in BIN_FIELDS}
     if phases["foreign_cpu_s"]["pretraining"] > warn_above_s:
         heaviest = ", ".join(f"{h['command']} ({h['cpu_s']:.0f} s)" for h in watched["heaviest_foreign"][:3])
-        log.warning("other work took %.1f CPU s on this host during pre-training (heaviest over the run: %s): "
-                    "its rates read low; run nothing else beside a recording", phases["foreign_cpu_s"]["pretraining"], heaviest)
+        log.warning(
+            "other work took %.1f CPU s on this host during pre-training (heaviest over the run: %s): "
+            "its rates read low; run nothing else beside a recording",
+            phases["foreign_cpu_s"]["pretraining"],
+            heaviest,
+        )
     return {key: {phase: round(cpu_s, 1) for phase, cpu_s in by_phase.items()} for key, by_phase in phases.items()}
 
 
@@ -191,15 +211,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reduced", action="store_true", help="two light models, few steps (CI, a quick look)")
     parser.add_argument("--models", help="only these models of the configuration, comma-separated; "
                                           f"{', '.join(s.model for s in EXTRA)} run only when named here")
-    parser.add_argument("--model-config", type=Path, help="instead of the configuration's models, a user's own "
-                                                           "(a tf_keras model.to_json() file; hetcluster --model-config)")
+    parser.add_argument(
+        "--model-config",
+        type=Path,
+        help="instead of the configuration's models, a user's own "
+        "(a tf_keras model.to_json() file; hetcluster --model-config)",
+    )
     parser.add_argument("--config-batch-size", type=int, default=16, help="--model-config's batch size (default 16)")
     parser.add_argument("--config-total-steps", type=int, default=200,
                         help="--model-config's total steps before --job-scale (default 200)")
     parser.add_argument("--job-scale", type=int, default=1,
                         help="K times each model's total steps (default 1); results default to <full|reduced>-xK")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="train every configuration R times, truth = their mean (default 1); results default to ...-rR")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="train every configuration R times, truth = their mean (default 1); results default to ...-rR",
+    )
     parser.add_argument("--devices", help=f"the emulated fleet, catalog names comma-separated, NAME*K for K identical "
                                           f"devices (default {','.join(PLATFORMS)}); results default to ...-<n>dev")
     parser.add_argument("--catalog", type=Path, help="a TOML file of device profiles added to the built-in catalog "
@@ -207,8 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--network", choices=NETWORK_MODES, default="loopback",
                         help="hetcluster cluster up --network: shaped (root) rate-shapes each device's link to its "
                              "catalog bandwidth (default loopback); results default to ...-shaped")
-    parser.add_argument("--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]")
-    parser.add_argument("--state-dir", type=Path, help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)")
+    parser.add_argument(
+        "--out-dir", type=Path, help="default: experiments/results/choice_accuracy/<full|reduced>[-xK][-rR]"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="the fleet's state dir and checkpoints (default: $TMPDIR/hetcluster-choice-accuracy-<name>)",
+    )
     parser.add_argument("--fresh", action="store_true", help="re-run models whose results are already in raw/")
     parser.add_argument("--render-only", action="store_true", help="only rebuild tables and figures from raw/")
     args = parser.parse_args(argv)
@@ -230,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
         if len(devices) < 2 or len(set(devices)) != len(devices):
-            parser.error(f"--devices: give two or more distinct entries (NAME*K for K identical devices), got {args.devices!r}")
+            parser.error(
+                f"--devices: give two or more distinct entries (NAME*K for K identical devices), got {args.devices!r}"
+            )
         if devices != PLATFORMS:
             name = f"{name}-{len(devices)}dev"
     if args.network != "loopback":
@@ -250,8 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     raw_dir.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
         try:
-            run_all(settings, out_dir, args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
-                    args.fresh, sys.argv, args.repeats, devices, args.catalog, profiles, args.network)
+            run_all(
+                settings,
+                out_dir,
+                args.state_dir or Path(tempfile.gettempdir()) / f"hetcluster-choice-accuracy-{name}",
+                args.fresh,
+                sys.argv,
+                args.repeats,
+                devices,
+                args.catalog,
+                profiles,
+                args.network,
+            )
         except RuntimeError as error:  # a hetcluster command failed: its own message, not a traceback
             raise SystemExit(f"error: {error}") from None
     frames = render(out_dir, settings)

@@ -59,7 +59,9 @@ def run_cli(args: Sequence[str], log_path: Path | None = None, timeout_s: float 
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
-            fh.write(f"$ {' '.join(cmd)}\n{_clip(stdout)}{_clip(stderr)}\n[exit {proc.returncode}, {elapsed_s:.1f} s]\n")
+            fh.write(
+                f"$ {' '.join(cmd)}\n{_clip(stdout)}{_clip(stderr)}\n[exit {proc.returncode}, {elapsed_s:.1f} s]\n"
+            )
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` failed with exit {proc.returncode}:\n{(stdout + stderr)[-3000:]}")
     return stdout
@@ -187,9 +189,15 @@ def run_case_experiment(argv: Sequence[str] | None, description: str, out_name: 
     from experiments.recordings import DATASET, load
 
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--recordings", type=Path, default=DATASET,
-                        help="the dataset, or a folder of results folders (<folder>/raw/<model>.json); default %(default)s")
-    parser.add_argument("--out", type=Path, help=f"where summary.csv and cases.csv go (default: {DATASET.parent / out_name})")
+    parser.add_argument(
+        "--recordings",
+        type=Path,
+        default=DATASET,
+        help="the dataset, or a folder of results folders (<folder>/raw/<model>.json); default %(default)s",
+    )
+    parser.add_argument(
+        "--out", type=Path, help=f"where summary.csv and cases.csv go (default: {DATASET.parent / out_name})"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     recordings = load(args.recordings)

@@ -49,7 +49,6 @@ from typing import Any
 
 import psutil
 
-
 TOTAL_KEYS = {"foreign": "foreign_cpu_s", "interrupts": "interrupt_cpu_s", "steal": "steal_s",
               "kernel": "kernel_cpu_s", "unattributed": "unattributed_cpu_s"}  # each field's total in a record
 BIN_FIELDS = tuple(TOTAL_KEYS)   # a bin: [end wall time, *these in CPU seconds]; older records stop after steal
@@ -84,8 +83,10 @@ class ForeignCpu:
         self._ours: dict[tuple[int, float], bool] = {}     # (pid, create_time) → ours?
         self._last: dict[tuple[int, float], tuple[float, float]] = {}   # its process_cpu_s at the last sample
         self._parent_of: dict[tuple[int, float], tuple[int, float] | None] = {}   # each process's parent then
-        self._by_command = {"foreign": Counter(), "kernel": Counter()}   # kind → command → CPU s
-        self._owed: dict[tuple[int, float], float] = {}   # a parent's ended children counted before its children time grew
+        self._by_command = {"foreign": Counter(), "kernel": Counter()}  # kind → command → CPU s
+        self._owed: dict[
+            tuple[int, float], float
+        ] = {}  # a parent's ended children counted before its children time grew
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foreign-cpu", daemon=True)
         self._last_host_s = (0.0, 0.0, 0.0)

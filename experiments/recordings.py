@@ -7,7 +7,8 @@ every configuration's predicted and measured time, power and energy, each traini
 whole, one row per recording, so experiments.replan and the investigations re-plan from one file.
 Its columns are described in results/choice_accuracy/README.md.
 
-    .venv/bin/python -m experiments.recordings add experiments/results/choice_accuracy/<folder> [--unseen | --left-out REASON]
+    .venv/bin/python -m experiments.recordings add experiments/results/choice_accuracy/<folder> [--unseen |
+    --left-out REASON]
     .venv/bin/python -m experiments.recordings list
     .venv/bin/python -m experiments.recordings export FOLDER/MODEL ... --to DIR
 

@@ -13,7 +13,8 @@ fitted: a configuration's rate is the sum of its members' solo rates, its power 
 revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
 
     .venv/bin/python -m experiments.replan --all-repeated [--without-sets | --without-rate-revision]   # the headline
-    .venv/bin/python -m experiments.replan --from DIR [--to DIR] [--check] [--without-startup | --without-startup-power | --without-sets | --without-rate-revision]
+    .venv/bin/python -m experiments.replan --from DIR [--to DIR] [--check] [--without-startup |
+    --without-startup-power | --without-sets | --without-rate-revision]
 
 --all-repeated re-scores every counted repeated-truth recording of the dataset
 (results/choice_accuracy/recordings.parquet, experiments.recordings; --recordings reads another
@@ -81,7 +82,11 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
                                            error=config.get("error"), details=details,
                                            repeats=[JobMetrics.from_mapping(m) for m in config.get("repeats", [])]))
     plans = plans_by_objective(table, list(evaluation["objectives"]))
-    pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
+    pretrain = {
+        "steps": profile.pretrain_steps,
+        "time_s": profile.pretrain_time_s,
+        "energy_j": profile.pretrain_energy_j,
+    }
     return evaluation_dict(results, plans, pretrain, profile)
 
 
@@ -99,7 +104,9 @@ def replan_recording(recording: Recording, without: str | None = None, check: bo
     change = largest_prediction_change(recording.evaluation, new)
     log.info("%s: largest change of a predicted time %.2f %%", recording.label, 100 * change)
     if check and change > 1e-6:
-        raise SystemExit(f"{recording.label}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %")
+        raise SystemExit(
+            f"{recording.label}: re-planned predictions differ from the recorded ones by {100 * change:.3g} %"
+        )
     return new
 
 

@@ -45,7 +45,9 @@ def residual_l2_cnn(keras):  # type: ignore[no-untyped-def]
         if stride > 1:
             x = keras.layers.MaxPooling2D(stride, name=f"b{i}_pool")(x)
             shortcut = x
-        y = keras.layers.ReLU(name=f"b{i}_relu1")(keras.layers.BatchNormalization(name=f"b{i}_bn1")(conv(x, filters, f"b{i}_conv1")))
+        y = keras.layers.ReLU(name=f"b{i}_relu1")(
+            keras.layers.BatchNormalization(name=f"b{i}_bn1")(conv(x, filters, f"b{i}_conv1"))
+        )
         y = keras.layers.BatchNormalization(name=f"b{i}_bn2")(conv(y, filters, f"b{i}_conv2"))
         if shortcut.shape[-1] != filters:
             shortcut = conv(shortcut, filters, f"b{i}_proj", kernel=1)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hetcluster.agent.config import split_host_port
-from hetcluster.fileio import write_text_atomic
 from hetcluster.errors import ConfigError
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,9 @@ def load_inventory(path: Path | str, check_credentials: bool = True) -> Inventor
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"inventory {inventory_path} is not valid TOML: {error}.", hint="fix the syntax there.") from None
+        raise ConfigError(
+            f"inventory {inventory_path} is not valid TOML: {error}.", hint="fix the syntax there."
+        ) from None
     try:
         return inventory_from_mapping(data, base_dir=inventory_path.resolve().parent, path=inventory_path,
                                       check_credentials=check_credentials)
@@ -145,11 +147,15 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
     name = _str(cluster, "name", "cluster", "fleet")
     network = _str(cluster, "network", "cluster", "real")
     if network not in NETWORKS:
-        raise ConfigError(f"cluster.network {network!r} is not one of {', '.join(NETWORKS)}.", hint="pick one of those.")
+        raise ConfigError(
+            f"cluster.network {network!r} is not one of {', '.join(NETWORKS)}.", hint="pick one of those."
+        )
     idle_counts = _bool(cluster, "idle_power_counts", "cluster", False)
     ps_host = _str(cluster, "parameter_server_host", "cluster", "127.0.0.1")
     if not ps_host or ps_host.count(":") == 1:
-        raise ConfigError(f"cluster.parameter_server_host {ps_host!r} must be a host without a port.", hint="drop the :port.")
+        raise ConfigError(
+            f"cluster.parameter_server_host {ps_host!r} must be a host without a port.", hint="drop the :port."
+        )
     isolation = _str(cluster, "tf_plane_isolation", "cluster", "auto")
     if isolation not in TF_PLANE_ISOLATIONS:
         raise ConfigError(f"cluster.tf_plane_isolation {isolation!r} is not one of {', '.join(TF_PLANE_ISOLATIONS)}.",
@@ -157,13 +163,17 @@ def inventory_from_mapping(data: Mapping[str, Any], base_dir: Path, path: Path |
 
     raw_devices = data.get("devices", [])
     if not isinstance(raw_devices, list) or not raw_devices:
-        raise ConfigError("the inventory lists no devices.", hint="add at least one [[devices]] table with name and address.")
+        raise ConfigError(
+            "the inventory lists no devices.", hint="add at least one [[devices]] table with name and address."
+        )
     devices: list[DeviceEntry] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_devices):
         entry = _device(raw, index, base_dir, check_credentials)
         if entry.name in seen:
-            raise ConfigError(f"device name {entry.name!r} appears twice.", hint="give every [[devices]] entry a unique name.")
+            raise ConfigError(
+                f"device name {entry.name!r} appears twice.", hint="give every [[devices]] entry a unique name."
+            )
         seen.add(entry.name)
         devices.append(entry)
     return Inventory(
@@ -194,13 +204,17 @@ def _device(raw: Any, index: int, base_dir: Path, check_credentials: bool = True
     except ConfigError as error:
         raise ConfigError(error.message, hint=error.hint) from None
     if port == 0:
-        raise ConfigError(f"{where} address {address!r} has port 0.", hint="give the port the agent actually listens on.")
+        raise ConfigError(
+            f"{where} address {address!r} has port 0.", hint="give the port the agent actually listens on."
+        )
 
     files = {key: _credential(raw, key, where, base_dir, check_credentials) for key in _CREDENTIAL_KEYS}
     if (files["cert_file"] is None) != (files["key_file"] is None):
         raise ConfigError(f"{where} sets only one of cert_file/key_file.", hint="mTLS needs both, plus ca_file.")
     if files["cert_file"] is not None and files["ca_file"] is None:
-        raise ConfigError(f"{where} has a client certificate but no ca_file.", hint="add ca_file (the CA that signed the agent).")
+        raise ConfigError(
+            f"{where} has a client certificate but no ca_file.", hint="add ca_file (the CA that signed the agent)."
+        )
     if files["token_file"] is None and files["ca_file"] is None:
         raise ConfigError(
             f"{where} has no credentials.",
@@ -208,13 +222,18 @@ def _device(raw: Any, index: int, base_dir: Path, check_credentials: bool = True
         )
     budget = raw.get("memory_budget_bytes")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
-        raise ConfigError(f"{where} memory_budget_bytes must be a positive integer, got {budget!r}.", hint="give bytes, e.g. 4294967296.")
+        raise ConfigError(
+            f"{where} memory_budget_bytes must be a positive integer, got {budget!r}.",
+            hint="give bytes, e.g. 4294967296.",
+        )
     server_name = _str(raw, "server_name", where, "") or None
     profile = _str(raw, "profile", where, "") or None
     device_class = _str(raw, "device_class", where, "") or None
     idle = raw.get("idle_power_counts")
     if idle is not None and not isinstance(idle, bool):
-        raise ConfigError(f"{where} idle_power_counts must be true or false, got {idle!r}.", hint="write true or false.")
+        raise ConfigError(
+            f"{where} idle_power_counts must be true or false, got {idle!r}.", hint="write true or false."
+        )
     return DeviceEntry(
         name=name,
         address=address,
@@ -293,7 +312,9 @@ def write_inventory(inventory: Inventory, path: Path | str) -> Path:
 def _reject_unknown(keys: Any, allowed: set[str], what: str, where: str) -> None:
     unknown = sorted(set(keys) - allowed)
     if unknown:
-        raise ConfigError(f"unknown {what}{where}: {', '.join(unknown)}.", hint=f"allowed: {', '.join(sorted(allowed))}.")
+        raise ConfigError(
+            f"unknown {what}{where}: {', '.join(unknown)}.", hint=f"allowed: {', '.join(sorted(allowed))}."
+        )
 
 
 def _str(table: Mapping[str, Any], key: str, where: str, default: str) -> str:

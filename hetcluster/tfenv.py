@@ -5,10 +5,9 @@ servers, the workers the agents start — in one place, applied before TensorFlo
   ClusterCoordinator's failure handling (and ours) sees it instead of waiting.
 - ``TF_USE_LEGACY_KERAS=1``: the models are tf_keras (Keras 2) models, which
   ParameterServerStrategy trains.
-- ``TF_ENABLE_ONEDNN_OPTS=1``: TensorFlow turns oneDNN on by default only on CPUs with AVX-512
-  VNNI/BF16 or AMX. Off, an AVX2-only AMD EPYC took 0.74 s for a resnet50 training step (32x32,
-  batch 8, one thread) against 0.26 s on — every CPU device trained three times slower than on
-  an Intel host — and TF's CPU allocator keeps no statistics for the memory measurements.
+- ``TF_ENABLE_ONEDNN_OPTS=1``: TensorFlow turns oneDNN on by default only on some CPUs; off, the
+  others train several times slower, and TF's CPU allocator keeps no statistics for the memory
+  measurements (docs/decisions.md#onednn-on).
 - ``TF_CPP_MIN_LOG_LEVEL=2``: TF's C++ runtime logs warnings (no GPU, no cuInit) on every start.
 
 A setting the user already made wins (``TF_ENABLE_ONEDNN_OPTS=0`` turns oneDNN off again).

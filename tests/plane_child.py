@@ -1,6 +1,6 @@
 """A stand-in TF process for the plane's tests: enters the plane, then echoes on its local port.
 
-    python tests/plane_child.py PORT --plane-fd N --isolation netns|none
+python tests/plane_child.py PORT --plane-fd N --isolation netns|none
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_agent_server import RampSource, creds, make_config  # noqa: F401 (creds is a fixture)
 
 from hetcluster.agent.client import AgentClient
 from hetcluster.agent.config import AgentConfig
@@ -22,7 +23,6 @@ from hetcluster.agent.server import AgentServer
 from hetcluster.agent.tasks import TaskSupervisor
 from hetcluster.errors import AgentError
 from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
-from test_agent_server import RampSource, creds, make_config  # noqa: F401 (creds is a fixture)
 
 
 @pytest.fixture
@@ -95,7 +95,14 @@ ABANDON = textwrap.dedent("""
 
 @pytest.mark.parametrize("rate_hz", [0.001, 0.1])
 def test_streams_abandoned_by_their_client_free_their_slots(agent, creds, rate_hz):  # noqa: F811
-    args = [agent.address, str(creds.token), str(creds.ca_cert), str(creds.client_cert), str(creds.client_key), str(rate_hz)]
+    args = [
+        agent.address,
+        str(creds.token),
+        str(creds.ca_cert),
+        str(creds.client_cert),
+        str(creds.client_key),
+        str(rate_hz),
+    ]
     abandoner = subprocess.Popen([sys.executable, "-c", ABANDON, *args], stdout=subprocess.PIPE, text=True)
     opened = int(abandoner.stdout.readline())
     # below the minimum rate a stream is refused; at it, a caller holds at most its share
@@ -117,8 +124,10 @@ def test_a_second_agent_cannot_take_a_running_agents_port(tmp_path, creds):  # n
     try:
         document = {"agent": {"name": "second", "listen": first.address}, "auth": {"token_file": str(creds.token)}}
         config = tmp_path / "second.toml"
-        config.write_text(f'[agent]\nname = "second"\nlisten = "{first.address}"\n[auth]\ntoken_file = "{creds.token}"\n'
-                          '[power]\nsource = "model"\nidle_w = 1.0\nbusy_w = 2.0\n')
+        config.write_text(
+            f'[agent]\nname = "second"\nlisten = "{first.address}"\n[auth]\ntoken_file = "{creds.token}"\n'
+            '[power]\nsource = "model"\nidle_w = 1.0\nbusy_w = 2.0\n'
+        )
         with pytest.raises(AgentError, match="cannot listen on"):
             AgentServer(AgentConfig.from_mapping(document, tmp_path), RampSource(), probe_hardware=False)
         second = subprocess.run([sys.executable, "-m", "hetcluster.cli.app", "agent", "serve", "--config", str(config)],

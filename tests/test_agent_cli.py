@@ -12,14 +12,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_agent_tasks import live_group_members  # tests/ is on sys.path (rootdir conftest)
 
 from hetcluster.agent.client import AgentClient
 from hetcluster.errors import AgentError
-from test_agent_tasks import live_group_members  # tests/ is on sys.path (rootdir conftest)
 
 
 def cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hetcluster.cli.app", *args], capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "hetcluster.cli.app", *args], capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float = 30) -> str:
@@ -44,7 +46,15 @@ def agent_process(tmp_path, request):
     result = cli("agent", "credentials", "--out", str(tmp_path / "creds"), "--host", "127.0.0.1")
     assert result.returncode == 0, result.stderr
     creds = tmp_path / "creds"
-    assert {p.name for p in creds.iterdir()} == {"ca.crt", "ca.key", "server.crt", "server.key", "client.crt", "client.key", "token"}
+    assert {p.name for p in creds.iterdir()} == {
+        "ca.crt",
+        "ca.key",
+        "server.crt",
+        "server.key",
+        "client.crt",
+        "client.key",
+        "token",
+    }
     assert all((p.stat().st_mode & 0o777) == 0o600 for p in creds.iterdir())
     config = tmp_path / "agent.toml"
     config.write_text(
@@ -82,7 +92,18 @@ def test_serve_answers_rejects_and_exits_cleanly_on_sigterm(agent_process, tmp_p
         assert len(samples) == 10 and {s.source for s in samples} == {"model"}
         assert all(2.0 <= s.power_w <= 8.0 and not s.measured for s in samples)
 
-    info = cli("agent", "info", "--address", address, "--token-file", str(creds / "token"), "--ca-file", str(creds / "ca.crt"), "--format", "json")
+    info = cli(
+        "agent",
+        "info",
+        "--address",
+        address,
+        "--token-file",
+        str(creds / "token"),
+        "--ca-file",
+        str(creds / "ca.crt"),
+        "--format",
+        "json",
+    )
     assert info.returncode == 0, info.stderr
     document = json.loads(info.stdout)
     assert document["healthy"] and document["device"]["device_name"] == "cli-dev"

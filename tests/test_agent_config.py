@@ -45,12 +45,17 @@ def test_full_file_parses_and_resolves_relative_paths(tmp_path: Path):
     assert config.memory_budget_bytes == 4 * 2**30
     assert config.power == {"source": "model", "idle_w": 3.0, "busy_w": 10.0}
     assert config.emulation is not None and config.emulation.compute_share == 0.25
-    assert config.emulation.task_cgroup_procs == (Path("/sys/fs/cgroup/hetcluster/dev/cgroup.procs"), tmp_path / "procs")
+    assert config.emulation.task_cgroup_procs == (
+        Path("/sys/fs/cgroup/hetcluster/dev/cgroup.procs"),
+        tmp_path / "procs",
+    )
     assert config.emulated
 
 
 def test_minimal_token_only_config(tmp_path: Path):
-    config = AgentConfig.from_mapping({"agent": {"name": "a", "listen": "127.0.0.1:5"}, "auth": {"token_file": "t"}}, tmp_path)
+    config = AgentConfig.from_mapping(
+        {"agent": {"name": "a", "listen": "127.0.0.1:5"}, "auth": {"token_file": "t"}}, tmp_path
+    )
     assert config.device_kind == "auto" and not config.emulated and not config.auth.tls
     assert config.task_host() == "127.0.0.1"
 
@@ -69,8 +74,14 @@ def test_minimal_token_only_config(tmp_path: Path):
         ({"agent": {"name": "a"}, "auth": {"cert_file": "c"}}, "together"),
         ({"agent": {"name": "a"}, "auth": {"token_file": "t", "client_ca_file": "ca"}}, "mTLS"),
         ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"compute_share": 0}}, "compute_share"),
-        ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": "p"}}, "task_cgroup_procs"),
-        ({"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": [""]}}, "task_cgroup_procs"),
+        (
+            {"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": "p"}},
+            "task_cgroup_procs",
+        ),
+        (
+            {"agent": {"name": "a"}, "auth": {"token_file": "t"}, "emulation": {"task_cgroup_procs": [""]}},
+            "task_cgroup_procs",
+        ),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, document, needle):
@@ -108,6 +119,8 @@ def test_power_table_is_validated_and_emulation_fills_the_model(tmp_path: Path):
         AgentConfig.from_mapping({**base, "power": {"sauce": "x"}}, tmp_path)
     with pytest.raises(ConfigError, match="idle_w"):
         AgentConfig.from_mapping({**base, "power": {"source": "auto"}, "emulation": {"compute_share": 0.5}}, tmp_path)
-    config = AgentConfig.from_mapping({**base, "power": {"idle_w": 1.0, "busy_w": 4.0}, "emulation": {"compute_share": 0.5}}, tmp_path)
+    config = AgentConfig.from_mapping(
+        {**base, "power": {"idle_w": 1.0, "busy_w": 4.0}, "emulation": {"compute_share": 0.5}}, tmp_path
+    )
     power = config.power_config(root_pid=1234)
     assert (power.source, power.compute_share, power.root_pid) == ("emulated", 0.5, 1234)

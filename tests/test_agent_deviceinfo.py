@@ -29,7 +29,11 @@ def write(root: Path, relative: str, content) -> None:
 def test_cpu_model_x86_pi_and_device_tree(tmp_path):
     x86, pi, jetson = tmp_path / "x86", tmp_path / "pi", tmp_path / "jetson"
     write(x86, "proc/cpuinfo", "processor\t: 0\nmodel name\t: AMD EPYC 7B13\n")
-    write(pi, "proc/cpuinfo", "processor\t: 0\nBogoMIPS\t: 108.00\n\nHardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n")
+    write(
+        pi,
+        "proc/cpuinfo",
+        "processor\t: 0\nBogoMIPS\t: 108.00\n\nHardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n",
+    )
     write(jetson, "proc/cpuinfo", "processor\t: 0\nBogoMIPS\t: 38.40\n")
     write(jetson, "proc/device-tree/model", b"NVIDIA Jetson Nano Developer Kit\x00")
     write(jetson, "proc/device-tree/compatible", b"nvidia,p3450-0000\x00nvidia,tegra210\x00")

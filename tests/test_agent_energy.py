@@ -7,7 +7,9 @@ from hetcluster.power.base import PowerSample
 
 
 def sample(t: float, power_w: float, energy_j: float | None = None) -> PowerSample:
-    return PowerSample(monotonic_s=t, wall_time_s=1000.0 + t, power_w=power_w, source="x", measured=True, energy_j=energy_j)
+    return PowerSample(
+        monotonic_s=t, wall_time_s=1000.0 + t, power_w=power_w, source="x", measured=True, energy_j=energy_j
+    )
 
 
 def test_trapezoid_over_a_linear_ramp_with_interpolated_ends():

@@ -41,7 +41,9 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     unit = (AGENTS / "hetcluster-agent.service").read_text().replace("/opt/hetcluster/venv/bin/hetcluster", "/bin/true")
     path = tmp_path / "hetcluster-agent.service"
     path.write_text(unit)
-    result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert "Unknown" not in result.stderr and "Invalid" not in result.stderr, result.stderr
     assert result.returncode == 0, result.stderr
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_agent_deviceinfo import installed_tensorflow  # tests/ is on sys.path (rootdir conftest)
 
 from hetcluster.agent.client import AgentClient, PowerRecorder
 from hetcluster.agent.config import AgentConfig
@@ -21,7 +22,6 @@ from hetcluster.agent.server import AgentServer
 from hetcluster.errors import AgentError
 from hetcluster.power.base import PowerSample, PowerSource
 from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
-from test_agent_deviceinfo import installed_tensorflow  # tests/ is on sys.path (rootdir conftest)
 
 
 class RampSource(PowerSource):
@@ -61,7 +61,12 @@ def make_config(tmp_path: Path, creds, *, token: bool, tls: bool, mtls: bool = F
     if mtls:
         auth["client_ca_file"] = str(creds.ca_cert)
     document = {
-        "agent": {"name": "test-dev", "listen": "127.0.0.1:0", "state_dir": str(tmp_path / "state"), "port_file": str(tmp_path / "port")},
+        "agent": {
+            "name": "test-dev",
+            "listen": "127.0.0.1:0",
+            "state_dir": str(tmp_path / "state"),
+            "port_file": str(tmp_path / "port"),
+        },
         "auth": auth,
     }
     return AgentConfig.from_mapping(document, tmp_path)
@@ -69,7 +74,9 @@ def make_config(tmp_path: Path, creds, *, token: bool, tls: bool, mtls: bool = F
 
 @pytest.fixture
 def token_server(tmp_path, creds):
-    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server = AgentServer(
+        make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False
+    ).start()
     yield server
     server.stop()
 
@@ -83,7 +90,9 @@ def tls_server(tmp_path, creds):
 
 @pytest.fixture
 def mtls_server(tmp_path, creds):
-    server = AgentServer(make_config(tmp_path, creds, token=False, tls=True, mtls=True), RampSource(), probe_hardware=False).start()
+    server = AgentServer(
+        make_config(tmp_path, creds, token=False, tls=True, mtls=True), RampSource(), probe_hardware=False
+    ).start()
     yield server
     server.stop()
 
@@ -92,7 +101,12 @@ ALL_RPCS = [
     ("GetDeviceInfo", agent_pb2.GetDeviceInfoRequest()),
     ("StreamPower", agent_pb2.StreamPowerRequest(max_samples=1)),
     ("ReservePort", agent_pb2.ReservePortRequest()),
-    ("StartTask", agent_pb2.StartTaskRequest(job_name="worker", cluster_spec={"worker": agent_pb2.JobAddresses(addresses=["127.0.0.1:1"])})),
+    (
+        "StartTask",
+        agent_pb2.StartTaskRequest(
+            job_name="worker", cluster_spec={"worker": agent_pb2.JobAddresses(addresses=["127.0.0.1:1"])}
+        ),
+    ),
     ("StopTask", agent_pb2.StopTaskRequest(task_id="x")),
     ("GetTaskStatus", agent_pb2.GetTaskStatusRequest()),
 ]
@@ -124,7 +138,11 @@ def test_port_file_and_health_without_credentials(token_server, tmp_path):
         assert health_status(channel) == health_pb2.HealthCheckResponse.SERVING
 
 
-@pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong"),), (("authorization", "bearer"),)], ids=["none", "wrong", "empty"])
+@pytest.mark.parametrize(
+    "metadata",
+    [(), (("authorization", "Bearer wrong"),), (("authorization", "bearer"),)],
+    ids=["none", "wrong", "empty"],
+)
 def test_every_rpc_needs_the_token(token_server, metadata):
     with grpc.insecure_channel(token_server.address) as channel:
         for name, request in ALL_RPCS:
@@ -154,14 +172,18 @@ def test_tls_server_rejects_a_client_that_does_not_trust_its_ca(tls_server, cred
 
 
 def test_mtls_accepts_our_client_cert_and_refuses_others(mtls_server, creds, other_creds):
-    good = AgentClient(mtls_server.address, ca_file=creds.ca_cert, cert_file=creds.client_cert, key_file=creds.client_key)
+    good = AgentClient(
+        mtls_server.address, ca_file=creds.ca_cert, cert_file=creds.client_cert, key_file=creds.client_key
+    )
     with good:
         assert good.health()
         assert good.device_info().device_name == "test-dev"
         assert good.task_status() == []
     # the handshake itself requires a verified client certificate (see hetcluster/agent/auth.py)
     for cert, key in [(None, None), (other_creds.client_cert, other_creds.client_key)]:
-        with AgentClient(mtls_server.address, ca_file=creds.ca_cert, cert_file=cert, key_file=key, timeout_s=3) as client:
+        with AgentClient(
+            mtls_server.address, ca_file=creds.ca_cert, cert_file=cert, key_file=key, timeout_s=3
+        ) as client:
             assert not client.health()
             with pytest.raises(AgentError, match="UNAVAILABLE.*client certificate"):
                 client.device_info()
@@ -176,7 +198,10 @@ def test_invalid_arguments_are_refused_and_the_agent_keeps_serving(token_server,
         ("StartTask", agent_pb2.StartTaskRequest(job_name="worker", cluster_spec=spec(worker=["no-port"]))),
         ("StartTask", agent_pb2.StartTaskRequest(job_name="worker", cluster_spec=spec(worker=["h:70000"]))),
         ("StartTask", agent_pb2.StartTaskRequest(job_name="worker", cluster_spec=spec(worker=["h:0"]))),
-        ("StartTask", agent_pb2.StartTaskRequest(job_name="worker", task_index=1, cluster_spec=spec(worker=["h:5000"]))),
+        (
+            "StartTask",
+            agent_pb2.StartTaskRequest(job_name="worker", task_index=1, cluster_spec=spec(worker=["h:5000"])),
+        ),
         ("StartTask", agent_pb2.StartTaskRequest(job_name="ps", cluster_spec=spec(worker=["h:5000"]))),
         ("StreamPower", agent_pb2.StreamPowerRequest(rate_hz=500)),
         ("StreamPower", agent_pb2.StreamPowerRequest(rate_hz=-1)),
@@ -187,7 +212,10 @@ def test_invalid_arguments_are_refused_and_the_agent_keeps_serving(token_server,
     with grpc.insecure_channel(token_server.address) as channel:
         for name, request in bad:
             assert code_of(channel, name, request, metadata) == grpc.StatusCode.INVALID_ARGUMENT, (name, request)
-        assert code_of(channel, "StopTask", agent_pb2.StopTaskRequest(task_id="ghost"), metadata) == grpc.StatusCode.NOT_FOUND
+        assert (
+            code_of(channel, "StopTask", agent_pb2.StopTaskRequest(task_id="ghost"), metadata)
+            == grpc.StatusCode.NOT_FOUND
+        )
         assert code_of(channel, "GetDeviceInfo", agent_pb2.GetDeviceInfoRequest(), metadata) == grpc.StatusCode.OK
     with AgentClient(token_server.address, token_file=creds.token) as client:
         with pytest.raises(AgentError, match="task_index 3 is out of range"):
@@ -258,7 +286,9 @@ def test_reserve_port_holds_the_port_until_released(token_server, creds):
 
 
 def test_stop_closes_streams_and_power_source(tmp_path, creds):
-    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server = AgentServer(
+        make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False
+    ).start()
     client = AgentClient(server.address, token_file=creds.token)
     stream = client.stream_power(rate_hz=10)
     next(stream)
@@ -300,7 +330,10 @@ def test_startup_errors_are_clear_and_release_the_power_source(tmp_path, creds):
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
-    document = {"agent": {"name": "a", "listen": f"127.0.0.1:{busy.getsockname()[1]}"}, "auth": {"token_file": str(creds.token)}}
+    document = {
+        "agent": {"name": "a", "listen": f"127.0.0.1:{busy.getsockname()[1]}"},
+        "auth": {"token_file": str(creds.token)},
+    }
     source = RampSource()
     with pytest.raises(AgentError, match="cannot listen on 127.0.0.1:.*To fix: pick a free port"):
         AgentServer(AgentConfig.from_mapping(document, tmp_path), source, probe_hardware=False)
@@ -371,6 +404,8 @@ def test_a_temporary_state_dir_is_removed_when_the_agent_stops(tmp_path, creds):
     # a configured state dir is the operator's: kept
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "task.log").write_text("kept")
-    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server = AgentServer(
+        make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False
+    ).start()
     server.stop()
     assert (tmp_path / "state" / "task.log").read_text() == "kept"

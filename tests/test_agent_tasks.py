@@ -7,6 +7,7 @@ import time
 
 import psutil
 import pytest
+from test_agent_server import RampSource, make_config  # tests/ is on sys.path (rootdir conftest)
 
 from hetcluster.agent.client import AgentClient
 from hetcluster.agent.server import AgentServer
@@ -14,7 +15,6 @@ from hetcluster.agent.tasks import TaskSupervisor
 from hetcluster.errors import AgentError
 from hetcluster.plane.isolation import listening_ports
 from hetcluster.plane.localspec import local_ports
-from test_agent_server import RampSource, make_config  # tests/ is on sys.path (rootdir conftest)
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -52,7 +52,9 @@ def test_start_status_stop_a_real_tf_server(tmp_path, creds):
             started = client.start_task("worker", 0, spec, task_id="w0")
             assert started.task_id == "w0" and started.address == worker and started.pid > 0
             assert started.state in ("starting", "running")
-            running = wait_for(lambda: next((t for t in client.task_status("w0") if t.state == "running"), None), 60, "RUNNING")
+            running = wait_for(
+                lambda: next((t for t in client.task_status("w0") if t.state == "running"), None), 60, "RUNNING"
+            )
             # the server runs in a network namespace of its own, listening at its local port there;
             # on the agent's host only the mTLS forwarding port (its address in the spec) listens
             assert os.readlink(f"/proc/{running.pid}/ns/net") != os.readlink("/proc/self/ns/net")
@@ -81,7 +83,9 @@ def test_a_task_that_fails_reports_its_stderr_tail(tmp_path):
     # handlers.py only lets "grpc" through; the supervisor itself passes any protocol to TF,
     # which refuses an unknown one, so the child exits non-zero with the reason in its log
     task = supervisor.start("worker", 0, {"worker": ["127.0.0.1:2222"]}, task_id="bad", protocol="no-such-protocol")
-    info = wait_for(lambda: next((t for t in supervisor.status("bad") if not t.alive), None), 60, "the bad task to exit")
+    info = wait_for(
+        lambda: next((t for t in supervisor.status("bad") if not t.alive), None), 60, "the bad task to exit"
+    )
     assert info.state == "failed" and info.exit_code not in (None, 0)
     assert "no-such-protocol" in info.message  # the tail of its log
     assert task.pid == info.pid
@@ -105,11 +109,15 @@ def test_an_emulated_devices_task_joins_its_cgroups_before_it_runs(tmp_path):
 
 
 def test_an_agent_without_mutual_tls_refuses_tf_tasks_in_one_line(tmp_path, creds):
-    server = AgentServer(make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False).start()
+    server = AgentServer(
+        make_config(tmp_path, creds, token=True, tls=False), RampSource(), probe_hardware=False
+    ).start()
     try:
         with AgentClient(server.address, token_file=creds.token) as client:
             address = client.reserve_port()
-            with pytest.raises(AgentError, match="FAILED_PRECONDITION: this agent has no mutual-TLS credentials") as caught:
+            with pytest.raises(
+                AgentError, match="FAILED_PRECONDITION: this agent has no mutual-TLS credentials"
+            ) as caught:
                 client.start_task("worker", 0, {"worker": [address]}, task_id="w0")
             assert "\n" not in str(caught.value)
             assert client.task_status() == []
@@ -125,7 +133,9 @@ def test_stopping_the_agent_stops_its_tasks(tmp_path, creds):
         pid = client.start_task("ps", 0, {"ps": [address]}, task_id="ps0").pid
         wait_for(lambda: client.task_status("ps0")[0].state == "running", 60, "RUNNING")
     server.stop()
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 15, "task gone")
+    wait_for(
+        lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 15, "task gone"
+    )
 
 
 def live_group_members(pgid: int) -> list[int]:

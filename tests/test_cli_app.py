@@ -5,7 +5,9 @@ import sys
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hetcluster.cli.app", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hetcluster.cli.app", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_does_not_import_tensorflow():

@@ -22,7 +22,7 @@ def inventory(tmp_path_factory) -> Path:
 def graphed_profile(tmp_path_factory) -> Path:
     """PROFILE with the layer graph pre-training now records (Profile.memory_graph): a `plan`
     subprocess given it builds no model and imports no TensorFlow, 1 s instead of 6-8 s each."""
-    from hetcluster.memory.fit import graph_of
+    from hetcluster.memory.model_graph import graph_of
 
     data = json.loads(PROFILE.read_text())
     model = data["model"]
@@ -46,13 +46,28 @@ def plan_json(inventory: Path, *args: str) -> dict:
 
 
 def plan(inventory: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory), "--model", "small_cnn",
-               "--profile", str(profile), "--total-steps", "3000", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "hetcluster.cli.app",
+        "plan",
+        "--inventory",
+        str(inventory),
+        "--model",
+        "small_cnn",
+        "--profile",
+        str(profile),
+        "--total-steps",
+        "3000",
+        *args,
+    ]
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the CLI's own default
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
-@pytest.mark.parametrize("objective, column", [("time", "time_s"), ("power", "power_w"), ("energy", "energy_j"), ("edp", "edp_js")])
+@pytest.mark.parametrize(
+    "objective, column", [("time", "time_s"), ("power", "power_w"), ("energy", "energy_j"), ("edp", "edp_js")]
+)
 def test_each_objective_chooses_its_minimum(inventory, objective, column):
     data = plan_json(inventory, "--objective", objective)
     assert data["objective"] == objective
@@ -103,7 +118,7 @@ def test_csv_and_plot(inventory, graphed_profile, tmp_path):
 
 
 def test_make_plan_plans_for_the_fleet_its_caller_loaded(tmp_path):
-    """train and evaluate check the agents of the inventory they loaded; the plan must be for that
+    """Train and evaluate check the agents of the inventory they loaded; the plan must be for that
     same fleet, not a second read of a file that may have changed (here: gone) since."""
     from hetcluster.cli import job_options as opt
     from hetcluster.cli.cmd_plan import make_plan
@@ -149,9 +164,27 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
     exactly as building the model would. A profile without the graph (older ones) builds the model;
     a job of another input shape is not this profile's job at all (one-line error)."""
     def planned(profile: Path, *args: str) -> tuple[dict, bool]:
-        command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
-                   "--model", "small_cnn", "--profile", str(profile), "--total-steps", "3000", "--objective", "edp",
-                   "--format", "json", *args]
+        command = [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "hetcluster.cli.app",
+            "plan",
+            "--inventory",
+            str(inventory),
+            "--model",
+            "small_cnn",
+            "--profile",
+            str(profile),
+            "--total-steps",
+            "3000",
+            "--objective",
+            "edp",
+            "--format",
+            "json",
+            *args,
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         imported = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
@@ -191,7 +224,7 @@ def test_a_users_own_model_plans_from_its_config(inventory, graphed_profile, tmp
     shape and classes are the config's). A profile measured for it re-plans as a registry model's
     does, without TensorFlow; the wrong model for a profile, two models, a config's classes
     contradicted, and a config carrying code are each one line before anything runs."""
-    from hetcluster.memory.fit import graph_of
+    from hetcluster.memory.model_graph import graph_of
     from hetcluster.models.spec import ModelSpec
 
     config = Path(__file__).parent / "data" / "models" / "user_net.json"
@@ -203,8 +236,25 @@ def test_a_users_own_model_plans_from_its_config(inventory, graphed_profile, tmp
     profile.write_text(json.dumps(data))
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-X", "importtime", "-m", "hetcluster.cli.app", "plan", "--inventory", str(inventory),
-                   "--profile", str(profile), "--total-steps", "3000", "--objective", "edp", "--format", "json", *args]
+        command = [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "hetcluster.cli.app",
+            "plan",
+            "--inventory",
+            str(inventory),
+            "--profile",
+            str(profile),
+            "--total-steps",
+            "3000",
+            "--objective",
+            "edp",
+            "--format",
+            "json",
+            *args,
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
     planned = run("--model-config", str(config))
@@ -218,8 +268,11 @@ def test_a_users_own_model_plans_from_its_config(inventory, graphed_profile, tmp
     evil["config"]["layers"][3]["class_name"] = "Lambda"
     (tmp_path / "evil.json").write_text(json.dumps(evil))
     for args, needle in [
-        (("--model", "small_cnn"), f"measured for model {model.name}, input shape 16x16x3, classes 4 (a model config), "
-                                   f"not small_cnn, 32x32x3, 10. To fix: pass --model-config with the config of {model.name}"),
+        (
+            ("--model", "small_cnn"),
+            f"measured for model {model.name}, input shape 16x16x3, classes 4 (a model config), "
+            f"not small_cnn, 32x32x3, 10. To fix: pass --model-config with the config of {model.name}",
+        ),
         (("--model", "small_cnn", "--model-config", str(config)), "name two models"),
         (("--model-config", str(config), "--classes", "10"), "has 4"),
         (("--model-config", str(tmp_path / "evil.json")), "Lambda layer"),

@@ -76,16 +76,31 @@ def test_a_relative_path_travels_absolute(tmp_path, monkeypatch):
     assert data_source(Path("ok.npz")).path == str(tmp_path / "ok.npz")
 
 
-@pytest.mark.parametrize("write, args, says", [
-    (lambda p: npz(p, images(), np.arange(40) % 13), (), "labels span 0..12, outside 0..9 for --classes 10. To fix: use --classes 13."),
-    (lambda p: npz(p, images(shape=(1, 8, 8)), labels()), (), "x is channels-first, (40, 1, 8, 8) (N, C, H, W)"),
-    (lambda p: raw(p, b"PK\x03\x04 not really a zip" * 10), (), "is not a NumPy .npz archive"),
-    (lambda p: raw(p, np.random.default_rng(1).bytes(4096)), (), "is not a NumPy .npz archive"),
-    (lambda p: npz(p, images(shape=(8, 8, 2)), labels()), (), "images have 2 channels"),
-    (lambda p: npz(p, images(shape=(8, 8, 3)), labels()), ("--input-shape", "32x32x4"), "images have 3 channels, the model takes 4"),
-    (lambda p: npz(p, images(), labels()), ("--eval-split", "1.5"), "--eval-split 1.5 is not a share"),
-    (lambda p: npz(p, images(), labels()), ("--eval-split", "0.2", "--eval-data", "{p}"), "both name held-out data"),
-])
+@pytest.mark.parametrize(
+    "write, args, says",
+    [
+        (
+            lambda p: npz(p, images(), np.arange(40) % 13),
+            (),
+            "labels span 0..12, outside 0..9 for --classes 10. To fix: use --classes 13.",
+        ),
+        (lambda p: npz(p, images(shape=(1, 8, 8)), labels()), (), "x is channels-first, (40, 1, 8, 8) (N, C, H, W)"),
+        (lambda p: raw(p, b"PK\x03\x04 not really a zip" * 10), (), "is not a NumPy .npz archive"),
+        (lambda p: raw(p, np.random.default_rng(1).bytes(4096)), (), "is not a NumPy .npz archive"),
+        (lambda p: npz(p, images(shape=(8, 8, 2)), labels()), (), "images have 2 channels"),
+        (
+            lambda p: npz(p, images(shape=(8, 8, 3)), labels()),
+            ("--input-shape", "32x32x4"),
+            "images have 3 channels, the model takes 4",
+        ),
+        (lambda p: npz(p, images(), labels()), ("--eval-split", "1.5"), "--eval-split 1.5 is not a share"),
+        (
+            lambda p: npz(p, images(), labels()),
+            ("--eval-split", "0.2", "--eval-data", "{p}"),
+            "both name held-out data",
+        ),
+    ],
+)
 def test_each_data_mistake_is_one_line_and_exit_2(ghost_inventory, tmp_path, write, args, says):
     path = write(tmp_path / "data.npz")
     line = one_line_error(train(ghost_inventory, tmp_path, "--data", str(path), *(a.format(p=path) for a in args)))

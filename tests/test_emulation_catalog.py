@@ -76,7 +76,9 @@ def test_unknown_device_name_lists_the_known_ones():
         load_catalog().select(["toaster"])
 
 
-@pytest.mark.parametrize("names", [["server", "rpi4", "rpi4", "rpi4"], ["server", "rpi4*3"], ["rpi4*2", "server", "rpi4"]])
+@pytest.mark.parametrize(
+    "names", [["server", "rpi4", "rpi4", "rpi4"], ["server", "rpi4*3"], ["rpi4*2", "server", "rpi4"]]
+)
 def test_a_profile_named_more_than_once_is_that_many_numbered_identical_devices(names):
     chosen = load_catalog().select(names)
     rpi4 = load_catalog()["rpi4"]
@@ -86,9 +88,14 @@ def test_a_profile_named_more_than_once_is_that_many_numbered_identical_devices(
     assert [p.catalog_name for p in chosen if p.name == "server"] == ["server"]
 
 
-@pytest.mark.parametrize("names, message", [
-    (["rpi4*0"], "needs a count of 1 or more"), (["rpi4*x"], "needs a count of 1 or more"), (["toaster*2"], "no device profile 'toaster'"),
-])
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (["rpi4*0"], "needs a count of 1 or more"),
+        (["rpi4*x"], "needs a count of 1 or more"),
+        (["toaster*2"], "no device profile 'toaster'"),
+    ],
+)
 def test_bad_device_counts_are_clear_errors(names, message):
     with pytest.raises(ConfigError, match=message):
         load_catalog().select(names)

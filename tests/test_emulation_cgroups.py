@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from hetcluster.errors import EmulationError
+from busy import BUSY_UNTIL_ORPHANED
 
 from hetcluster.emulation.cgroups import DeviceCgroup, detect_cgroups, own_cgroup_paths, parse_mounts, remove_dirs
-from busy import BUSY_UNTIL_ORPHANED
+from hetcluster.errors import EmulationError
 
 
 def _fake_v1(root: Path) -> None:
@@ -40,8 +39,17 @@ def _fake_v2(root: Path, controllers: str = "cpu memory io") -> None:
 def test_parse_mounts_and_own_paths(tmp_path):
     _fake_v1(tmp_path)
     mounts = parse_mounts((tmp_path / "proc/self/mounts").read_text(), tmp_path)
-    assert [(m.version, sorted(m.controllers)) for m in mounts] == [("v1", ["cpu", "cpuacct"]), ("v1", ["memory"]), ("v2", [])]
-    assert own_cgroup_paths("4:memory:/sandbox\n2:cpu,cpuacct:/\n0::/x\n") == {"memory": "/sandbox", "cpu": "/", "cpuacct": "/", "": "/x"}
+    assert [(m.version, sorted(m.controllers)) for m in mounts] == [
+        ("v1", ["cpu", "cpuacct"]),
+        ("v1", ["memory"]),
+        ("v2", []),
+    ]
+    assert own_cgroup_paths("4:memory:/sandbox\n2:cpu,cpuacct:/\n0::/x\n") == {
+        "memory": "/sandbox",
+        "cpu": "/",
+        "cpuacct": "/",
+        "": "/x",
+    }
 
 
 def test_v1_tree_gets_quota_memory_limit_and_pids(tmp_path):

@@ -156,7 +156,9 @@ def _running_worker(agent, records) -> tuple[object, str]:
 def test_up_status_down_shaped(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("shaped networking needs root")
-    result, state_dir, inventory_path = _up(tmp_path, "fast,phone", "--network", "shaped", "--catalog", str(_fast_catalog(tmp_path)))
+    result, state_dir, inventory_path = _up(
+        tmp_path, "fast,phone", "--network", "shaped", "--catalog", str(_fast_catalog(tmp_path))
+    )
     assert result.returncode == 0, result.stderr
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
@@ -195,11 +197,18 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
     if os.geteuid() != 0:
         pytest.skip("shaped networking needs root")
     which = shutil.which
-    monkeypatch.setattr(netns_module.shutil, "which", lambda name, *a, **k: None if name == "nsenter" else which(name, *a, **k))
+    monkeypatch.setattr(
+        netns_module.shutil, "which", lambda name, *a, **k: None if name == "nsenter" else which(name, *a, **k)
+    )
     assert netns_module.exec_prefix("x")[0][:3] == ["ip", "netns", "exec"]
     state_dir = tmp_path / "state"
-    inventory = cluster_up(load_catalog(_fast_catalog(tmp_path)).select(["fast"]), tmp_path / "cluster.toml", network="shaped",
-                           state_dir=state_dir, name=f"t{os.getpid() % 100000}-nons")
+    inventory = cluster_up(
+        load_catalog(_fast_catalog(tmp_path)).select(["fast"]),
+        tmp_path / "cluster.toml",
+        network="shaped",
+        state_dir=state_dir,
+        name=f"t{os.getpid() % 100000}-nons",
+    )
     state, records, cgroup_dirs, netns = _recorded(state_dir)
     try:
         if not cgroup_dirs:

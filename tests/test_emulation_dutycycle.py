@@ -6,10 +6,10 @@ import time
 
 import psutil
 import pytest
+from busy import BUSY_UNTIL_ORPHANED
 
 from hetcluster.emulation.dutycycle import DutyCycler, duty_for_share, run_duty_cycle
 from hetcluster.errors import EmulationError
-from busy import BUSY_UNTIL_ORPHANED
 
 # The parent idles; after 0.5 s it starts a busy child (like an agent starting a TF server), and
 # both end when the test's process is gone.

@@ -42,8 +42,14 @@ def test_repeats_run_in_rounds_and_score_against_the_mean(tmp_path, monkeypatch)
     devices = [DeviceMeasurement("a", 2.0, 20.0, 5.0), DeviceMeasurement("b", 1.0, 10.0, 5.0)]
     job = JobSpec(total_steps=10)
     the_plan = plan(devices, [], job, "edp", ())
-    profile = SimpleNamespace(pretrain_steps=0, pretrain_time_s=5.0, pretrain_energy_j=50.0, checkpoint_path=None, warmup_steps=0,
-                              to_dict=lambda: {})
+    profile = SimpleNamespace(
+        pretrain_steps=0,
+        pretrain_time_s=5.0,
+        pretrain_energy_j=50.0,
+        checkpoint_path=None,
+        warmup_steps=0,
+        to_dict=lambda: {},
+    )
     out = tmp_path / "r.json"
     no_budgets = SimpleNamespace(names=())  # no device with a known memory budget: plain TensorFlow
     from hetcluster.training.spec import Training
@@ -79,9 +85,19 @@ def test_a_runs_record_keeps_each_workers_first_step_and_steady_rate():
     # a: first step done 10 s after the start, then one step per 0.5 s; b: one slow first step, then 2 s steps
     a = [(1000.0, 1010.0, "a")] + [(1010.0 + 0.5 * i, 1010.5 + 0.5 * i, "a") for i in range(8)]
     b = [(1000.0, 1020.0, "b"), (1020.0, 1022.0, "b"), (1022.0, 1024.0, "b"), (1024.0, 1026.0, "b")]
-    result = RunResult(steps_applied=13, steps_total=13, steps_restored=0, steps_per_worker={"a": 9, "b": 4},
-                       time_s=26.0, start_wall_s=1000.0, end_wall_s=1026.0, step_times=sorted(a + b, key=lambda r: r[1]),
-                       final_loss=None, lost_workers=[], checkpoint_path=None)
+    result = RunResult(
+        steps_applied=13,
+        steps_total=13,
+        steps_restored=0,
+        steps_per_worker={"a": 9, "b": 4},
+        time_s=26.0,
+        start_wall_s=1000.0,
+        end_wall_s=1026.0,
+        step_times=sorted(a + b, key=lambda r: r[1]),
+        final_loss=None,
+        lost_workers=[],
+        checkpoint_path=None,
+    )
     timings = worker_timings(result, warmup_steps=2)
     assert timings["first_step_s"] == {"a": pytest.approx(10.0), "b": pytest.approx(20.0)}
     # past one warm-up step each (2 over 2 workers): a's 8 steps of 0.5 s, b's 3 of 2 s

@@ -88,8 +88,12 @@ def test_the_markdown_table_gives_each_scope_its_counts_all_first() -> None:
                                                           "| EDP"]
     assert lines[2].startswith("| **all** | **8** | **5 (62 %)** |")   # 5 of 8 exact: bold, with its count
     assert lines[3].startswith("| unseen | 4 | 2 (50 %) |")
-    assert lines[3].endswith("| – | – | – | – | – | – | – |")   # no repeated truth, no near-ties recorded
-    summary.loc[summary["scope"] == "all", ["separated_cases", "exact_when_separated", "rounds_agree"]] = [4, 0.75, 0.81]
+    assert lines[3].endswith("| – | – | – | – | – | – | – |")  # no repeated truth, no near-ties recorded
+    summary.loc[summary["scope"] == "all", ["separated_cases", "exact_when_separated", "rounds_agree"]] = [
+        4,
+        0.75,
+        0.81,
+    ]
     assert "| **3 of 4 (75 %)** |" in accuracy.markdown_table(summary).splitlines()[2]
     assert accuracy.markdown_table(summary).splitlines()[2].endswith("| **90.0 %** |")   # sqrt(0.81)
 
@@ -129,7 +133,9 @@ def test_exact_when_clear_counts_only_the_choices_the_plan_named_no_near_tie_for
     assert summary.loc["all", "clear_cases"] == 2 and summary.loc["all", "exact_when_clear"] == pytest.approx(0.5)
     assert summary.loc["all", "best_among_near_ties"] == pytest.approx(3 / 4)
     assert summary.loc["time", "clear_cases"] == 0 and pd.isna(summary.loc["time", "exact_when_clear"])
-    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "clear_cases"])  # not recorded
+    assert pd.isna(
+        accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "clear_cases"]
+    )  # not recorded
 
 
 def test_unmeasured_choice_counts_as_unknown_not_wrong() -> None:
@@ -221,7 +227,9 @@ def test_fleet_name_is_a_valid_cluster_name_for_any_results_folder() -> None:
     assert choice_accuracy.fleet_name(Path("/results/full-x10-r2")) == "accuracy-full-x10-r2"
 
 
-def test_a_failed_hetcluster_command_ends_the_run_with_its_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_hetcluster_command_ends_the_run_with_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def failing_run_all(*args, **kwargs):
         raise RuntimeError("`hetcluster cluster up` failed with exit 2:\nerror: no agent answered")
 
@@ -239,9 +247,13 @@ def test_exact_when_separated_counts_only_cases_the_repeated_truth_separated() -
     assert frames["choices"]["separated"].tolist() == [False, True, True, False]
     summary = frames["summary"].set_index("scope")
     # separated: power (wrong) and energy (exact) → 1 of 2; time and edp overlap in the truth
-    assert summary.loc["all", "separated_cases"] == 2 and summary.loc["all", "exact_when_separated"] == pytest.approx(0.5)
+    assert summary.loc["all", "separated_cases"] == 2 and summary.loc["all", "exact_when_separated"] == pytest.approx(
+        0.5
+    )
     assert summary.loc["time", "separated_cases"] == 0 and pd.isna(summary.loc["time", "exact_when_separated"])
-    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "separated_cases"])  # trained once
+    assert pd.isna(
+        accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "separated_cases"]
+    )  # trained once
 
 
 def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_agree() -> None:
@@ -254,7 +266,9 @@ def test_the_summary_sets_the_choice_against_one_round_beside_how_often_rounds_a
     assert summary.loc["all", "exact_vs_one_round"] == pytest.approx(2.5 / 4)
     assert summary.loc["all", "rounds_agree"] == pytest.approx(0.75)
     assert summary.loc["time", "rounds_agree"] == 0.0 and summary.loc["energy", "exact_vs_one_round"] == 1.0
-    assert pd.isna(accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "rounds_agree"])  # trained once
+    assert pd.isna(
+        accuracy.tables(RUNS, 0.7667)["summary"].set_index("scope").loc["all", "rounds_agree"]
+    )  # trained once
 
 
 def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
@@ -282,9 +296,14 @@ def test_a_fleet_that_did_not_come_up_is_not_taken_down(tmp_path, monkeypatch):
 UNTUNED = EXPERIMENTS / "catalog_untuned.toml"
 
 
-@pytest.mark.parametrize("path, new", [(UNTUNED, ("laptop", "jetson-orin-nx", "rpi5", "tablet")),
-                                       (EXPERIMENTS / "catalog_untuned2.toml", ("desktop", "mini-pc", "odroid-n2", "pixel")),
-                                       (EXPERIMENTS / "catalog_untuned3.toml", ("jetson-agx-orin", "nuc8", "rock5b", "ipad-m1"))])
+@pytest.mark.parametrize(
+    "path, new",
+    [
+        (UNTUNED, ("laptop", "jetson-orin-nx", "rpi5", "tablet")),
+        (EXPERIMENTS / "catalog_untuned2.toml", ("desktop", "mini-pc", "odroid-n2", "pixel")),
+        (EXPERIMENTS / "catalog_untuned3.toml", ("jetson-agx-orin", "nuc8", "rock5b", "ipad-m1")),
+    ],
+)
 def test_the_committed_user_catalogs_hold_new_devices_with_their_rationale(path, new):
     from hetcluster.emulation.catalog import check_fleet_fits, load_catalog
 
@@ -346,7 +365,10 @@ def test_the_fleet_comes_up_from_the_catalog_given(tmp_path, monkeypatch):
     with common.emulated_fleet(tmp_path, ("laptop", "rpi5"), catalog=Path("experiments/catalog_untuned.toml")):
         pass
     up = calls[0]
-    assert up[:2] == ["cluster", "up"] and up[up.index("--catalog") + 1] == Path("experiments/catalog_untuned.toml").resolve()
+    assert (
+        up[:2] == ["cluster", "up"]
+        and up[up.index("--catalog") + 1] == Path("experiments/catalog_untuned.toml").resolve()
+    )
     with common.emulated_fleet(tmp_path):
         pass
     assert "--catalog" not in calls[2] and calls[2][calls[2].index("--network") + 1] == "loopback"

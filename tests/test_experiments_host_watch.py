@@ -93,6 +93,7 @@ def test_short_lived_commands_of_another_are_counted_from_their_parent():
 
 class FakeProcess:
     """What ForeignCpu reads of a process, with CPU times the test sets."""
+
     Times = namedtuple("Times", "user system children_user children_system")
 
     def __init__(self, pid: int, ppid: int, own_s: float = 0.0, children_s: float = 0.0) -> None:
@@ -134,7 +135,7 @@ def test_a_child_read_as_ended_before_its_parent_reaped_it_is_counted_once(monke
 
 
 def test_kernel_threads_are_kept_apart_from_other_work():
-    """kthreadd (pid 2) and its children are the kernel's; every other process is another's work."""
+    """Kthreadd (pid 2) and its children are the kernel's; every other process is another's work."""
     kthreadd, init = (host_watch.KTHREADD_PID, 0.0), (1, 0.0)
     assert ForeignCpu._kind(kthreadd, None) == "kernel"
     assert ForeignCpu._kind((4321, 5.0), kthreadd) == "kernel"
@@ -194,7 +195,9 @@ def test_phases_report_other_work_apart_from_interrupts_and_steal(caplog):
     phases = choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)
     assert phases["foreign_cpu_s"]["pretraining"] == 0.0 and phases["interrupt_cpu_s"]["pretraining"] == 8.0
     assert phases["steal_s"]["pretraining"] == 1.0 and phases["foreign_cpu_s"]["trainings"] == 1.0
-    assert phases["kernel_cpu_s"]["pretraining"] == 0.0 and phases["unattributed_cpu_s"]["trainings"] == 0.0  # older bins
+    assert (
+        phases["kernel_cpu_s"]["pretraining"] == 0.0 and phases["unattributed_cpu_s"]["trainings"] == 0.0
+    )  # older bins
     assert "other work" not in caplog.text   # 8 s of interrupts during pre-training: no warning
     record["bins"][0][1] = 6.0
     choice_accuracy.host_cpu_of_phases(record, profile, warn_above_s=5.0)

@@ -45,9 +45,10 @@ def test_memory_capacity_notebook_scheduler_fits_at_least_plain(tmp_path: Path) 
 
 
 def test_choice_accuracy_notebook_renders_results(tmp_path: Path) -> None:
+    from test_experiments_accuracy import write_raw_results
+
     from experiments import choice_accuracy
     from experiments.common import machine_info
-    from test_experiments_accuracy import write_raw_results
 
     choice_accuracy.render(tmp_path, write_raw_results(tmp_path))
 

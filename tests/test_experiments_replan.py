@@ -57,8 +57,13 @@ def test_without_sets_keeps_solo_predictions_and_changes_the_multi_device_ones(r
 def test_the_sets_revise_the_solo_predictions_of_the_devices_they_measured(recorded) -> None:
     """With the revision (the default) a device's solo prediction moves where the sets measured
     it, and the ablation --without-rate-revision gives the solo windows' predictions back."""
-    revised, as_read = _predicted(replan.replan(recorded, 2000)), _predicted(replan.replan(recorded, 2000, without="rate-revision"))
-    measured_in_sets = {n for r in recorded["profile"]["runs"] if len(r["devices"]) > 1 for n in r.get("per_device_steps", {})}
+    revised, as_read = (
+        _predicted(replan.replan(recorded, 2000)),
+        _predicted(replan.replan(recorded, 2000, without="rate-revision")),
+    )
+    measured_in_sets = {
+        n for r in recorded["profile"]["runs"] if len(r["devices"]) > 1 for n in r.get("per_device_steps", {})
+    }
     solo = [k for k in revised if len(k) == 1]
     assert measured_in_sets and {next(iter(k)) for k in solo} >= measured_in_sets
     assert any(revised[k] != pytest.approx(as_read[k], rel=1e-3) for k in solo)
@@ -85,7 +90,9 @@ def test_repeated_truth_is_scored_for_separation(recorded) -> None:
 
 
 def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path, caplog) -> None:
-    copy_recordings(tmp_path / "root", (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn")))   # twice-, once-trained
+    copy_recordings(
+        tmp_path / "root", (("full-x4-r2-5dev", "small_cnn"), ("full", "small_cnn"))
+    )  # twice-, once-trained
     found = recordings.load(tmp_path / "root")
     assert [r.label for r in found] == ["full/small_cnn", "full-x4-r2-5dev/small_cnn"]   # by folder name
     frames = replan.rescore_repeated(found, tmp_path / "out")
@@ -95,7 +102,9 @@ def test_all_repeated_rescores_only_repeated_truths_in_one_table(tmp_path, caplo
     assert summary.loc["all", "exact"] == pytest.approx(1.0)
     assert "unseen" not in summary.index   # no recording marked unseen: no such scope
     assert (tmp_path / "out" / "summary.csv").exists() and (tmp_path / "out" / "accuracy.png").exists()
-    assert (tmp_path / "out" / "summary.md").read_text().splitlines()[2].startswith("| **all** | **4** | **4 (100 %)** |")
+    assert (
+        (tmp_path / "out" / "summary.md").read_text().splitlines()[2].startswith("| **all** | **4** | **4 (100 %)** |")
+    )
 
     once, repeated = found
     marked = [dataclasses.replace(repeated, unseen=True), once]
@@ -150,7 +159,10 @@ def test_the_readme_and_the_experiments_page_show_the_committed_headline() -> No
     assert (out / "summary.md").read_text() == accuracy.markdown_table(summary)
     tables = replan.headline_tables(summary)
     readme = tables[EXPERIMENTS.parent / "README.md"]
-    assert readme.splitlines()[0] == "| scope | cases | exact | exact where the truth separates its best | against one round |"
+    assert (
+        readme.splitlines()[0]
+        == "| scope | cases | exact | exact where the truth separates its best | against one round |"
+    )
     assert readme.splitlines()[-1].startswith("| reference paper |  | 76.67 % |")
     assert tables[EXPERIMENTS.parent / "docs" / "experiments.md"] == (out / "summary.md").read_text()
     for page, table in tables.items():

@@ -10,7 +10,12 @@ import pytest
 from experiments.investigations import step_stamps
 from hetcluster.training.spec import RunResult
 
-RECORDED = Path(__file__).parent / "data" / "step_stamps" / "mobilenet_v2-pretrain400-server+jetson-tx2+phone_server+jetson-tx2"
+RECORDED = (
+    Path(__file__).parent
+    / "data"
+    / "step_stamps"
+    / "mobilenet_v2-pretrain400-server+jetson-tx2+phone_server+jetson-tx2"
+)
 
 
 def _result(rounds: list[float], stamps: list[tuple[float, float, str]], warmup_steps: int = 2) -> RunResult:
@@ -38,7 +43,9 @@ def test_a_recorded_pretraining_set_runs_slow_after_its_barrier():
     assert start_s == result.round_starts_wall_s[3]   # three barrier rounds of one step per member
     [first] = step_stamps.duration_bins(result, "server", start_s, 3.0)
     steady = step_stamps.read_run(RECORDED / "server+jetson-tx2+phone.json")
-    late = [d for d in step_stamps.duration_bins(steady, "server", step_stamps.free_start_s(steady, True), 3.0)[3:] if d]
+    late = [
+        d for d in step_stamps.duration_bins(steady, "server", step_stamps.free_start_s(steady, True), 3.0)[3:] if d
+    ]
     # docs/experiments.md, "A sub-second set window reads its fastest member low": 80-171 ms steps after
     # the set's barrier (110 ms on the mean), 71-87 ms later in a long run of the same set
     assert first == pytest.approx(0.110, abs=0.005) and 0.070 < min(late) and max(late) < 0.090

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from hetcluster.errors import ConfigError
-from hetcluster.fileio import check_writable, figure_format, write_atomic, write_figure_atomic, write_json_atomic, write_text_atomic
+from hetcluster.fileio import (
+    check_writable,
+    figure_format,
+    write_atomic,
+    write_figure_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 def test_write_replaces_content(tmp_path):

@@ -72,19 +72,42 @@ def test_write_then_load_round_trips_with_relative_paths(tmp_path):
 @pytest.mark.parametrize(
     "devices, cluster, message",
     [
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\ncolour = "red"\n', None, "unknown key in device 'a': colour"),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\ncolour = "red"\n',
+            None,
+            "unknown key in device 'a': colour",
+        ),
         ('[[devices]]\nname = "a"\ntoken_file = "creds/token"\n', None, "device 'a' has no address"),
         ('[[devices]]\nname = "a"\naddress = "nohostport"\ntoken_file = "creds/token"\n', None, "is not host:port"),
         ('[[devices]]\nname = "a"\naddress = "h:99999"\ntoken_file = "creds/token"\n', None, "out of range"),
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n'
-         '[[devices]]\nname = "a"\naddress = "h:2"\ntoken_file = "creds/token"\n', None, "'a' appears twice"),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n'
+            '[[devices]]\nname = "a"\naddress = "h:2"\ntoken_file = "creds/token"\n',
+            None,
+            "'a' appears twice",
+        ),
         ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/missing"\n', None, "unreadable"),
         ('[[devices]]\nname = "a"\naddress = "h:1"\n', None, "has no credentials"),
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ncert_file = "creds/client.crt"\n', None, "only one of cert_file/key_file"),
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n', 'network = "wifi"', "cluster.network 'wifi'"),
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n', 'speed = 3', "unknown key in [cluster]: speed"),
-        ('[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\ndevice_class = 3\n', None,
-         "device 'a': device_class must be a string"),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ncert_file = "creds/client.crt"\n',
+            None,
+            "only one of cert_file/key_file",
+        ),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n',
+            'network = "wifi"',
+            "cluster.network 'wifi'",
+        ),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\n',
+            "speed = 3",
+            "unknown key in [cluster]: speed",
+        ),
+        (
+            '[[devices]]\nname = "a"\naddress = "h:1"\ntoken_file = "creds/token"\ndevice_class = 3\n',
+            None,
+            "device 'a': device_class must be a string",
+        ),
         ("", None, "lists no devices"),
     ],
 )

@@ -69,8 +69,9 @@ def test_memplan_plans_a_users_own_model_from_its_config() -> None:
     from hetcluster.cli.app import app
 
     config = Path(__file__).parent / "data" / "models" / "user_net.json"
-    result = CliRunner().invoke(app, ["memplan", "--model-config", str(config), "--batch-size", "64", "--budget", "1MiB",
-                                      "--format", "json"])
+    result = CliRunner().invoke(
+        app, ["memplan", "--model-config", str(config), "--batch-size", "64", "--budget", "1MiB", "--format", "json"]
+    )
     assert result.exit_code == 0, (result.output, result.exception)
     data = json.loads(result.stdout)
     assert data["model"] == "user_net" and data["batch_size"] == 64  # the layer graph has the Keras model's own name

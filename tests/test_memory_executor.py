@@ -8,13 +8,14 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
+from test_memory_models import densenet_like, inception_like, resnet_like  # noqa: E402
+
 from hetcluster.errors import MemoryPlanError  # noqa: E402
 from hetcluster.memory import DeviceAssumptions, Overheads, plan_for_budget  # noqa: E402
 from hetcluster.memory.checkpoints import segments  # noqa: E402
 from hetcluster.memory.executor import build_train_step  # noqa: E402
 from hetcluster.memory.keras_graph import extract_graph  # noqa: E402
 from hetcluster.memory.plan import MemoryPlan, PlannedSegment  # noqa: E402
-from test_memory_models import densenet_like, inception_like, resnet_like  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 BATCH = 4

@@ -20,12 +20,12 @@ def scenario() -> dict:
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
+    from test_memory_models import resnet_like
 
     from hetcluster.memory import plan_for_budget
     from hetcluster.memory.executor import build_train_step
     from hetcluster.memory.keras_graph import extract_graph
     from hetcluster.training.servers import free_addresses
-    from test_memory_models import resnet_like
 
     *worker_addresses, ps = free_addresses(3)
     spec = {"worker": worker_addresses, "ps": [ps]}
@@ -78,7 +78,7 @@ def test_scheduled_step_trains_under_parameter_server_strategy() -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["segments"] > 0
     assert result["iterations"] == 6
-    assert all(l == l and l < 10 for l in result["losses"])  # finite
+    assert all(loss == loss and loss < 10 for loss in result["losses"])  # finite
     assert result["bn_moved"]
     assert "/job:ps" in result["variable_device"]
 

@@ -118,10 +118,9 @@ def test_unreadable_and_non_json_files_are_one_line(tmp_path):
 @pytest.mark.tensorflow
 def test_the_registry_builds_a_registered_config_in_safe_mode(config):
     import numpy as np
+    import tensorflow as tf
 
     from hetcluster.models.registry import build_from_spec
-
-    import tensorflow as tf
 
     spec = ModelSpec.from_keras_config(config, batch_size=2)
     first, second = build_from_spec(spec), build_from_spec(spec)

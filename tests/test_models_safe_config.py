@@ -18,7 +18,7 @@ def test_builtin_model_round_trips():
 
     original = build_model("small_cnn", (16, 16, 3), 4)
     clone = model_from_config_safe(original.to_json())
-    assert [l.__class__.__name__ for l in clone.layers] == [l.__class__.__name__ for l in original.layers]
+    assert [type(layer).__name__ for layer in clone.layers] == [type(layer).__name__ for layer in original.layers]
     assert clone.count_params() == original.count_params()
     assert clone(np.zeros((1, 16, 16, 3), np.float32)).shape == (1, 4)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetcluster.errors import ProfileError
 from hetcluster.planner import FittedModels, JobSpec, ThroughputModel, choose, estimate, load_trace, write_trace
 from hetcluster.planner.calibration import ResidualRegression, RunData, predict_runs, residual_features
 from hetcluster.planner.configurations import membership
 from hetcluster.profiling.profile import Profile, to_planner_inputs
-from hetcluster.errors import ProfileError
 
 TRACE = Path(__file__).parent / "data" / "planner" / "synthetic_contention_trace.csv"
 RESNET50_SXR = Path(__file__).parent / "data" / "choice_accuracy" / "full-x2-r2-resnet50-sxr" / "raw" / "resnet50.json"
@@ -117,7 +117,9 @@ def test_leave_one_out_scores_the_regression_as_it_will_predict_capped_at_the_so
     data = RunData.of(units, [r for r in seen if len(r.devices) > 1])
     lifting = ResidualRegression(pipeline=None, coef=np.array([5.0, 5.0, 5.0]))  # e^(5·features): far above any sum
     assert predict_runs(data, units, model.contention, lifting) == pytest.approx(data.weights @ units.rate_steps_per_s)
-    assert np.any(predict_runs(data, units, model.contention) < 0.9 * data.weights @ units.rate_steps_per_s)  # not trivially the sum
+    assert np.any(
+        predict_runs(data, units, model.contention) < 0.9 * data.weights @ units.rate_steps_per_s
+    )  # not trivially the sum
 
 
 def test_the_regression_needs_three_sets_that_measured_every_member():
@@ -131,8 +133,10 @@ def test_the_regression_needs_three_sets_that_measured_every_member():
     model = ThroughputModel.fit(devices, runs)
     assert model.regression is None and "regression" not in model.loo_errors
     rates = {d.name: d.steps_per_s for d in devices}
-    complete = [dataclasses.replace(r, per_device_steps={n: max(1, round(rates[n] * r.time_s * 0.9)) for n in r.devices})
-                for r in runs]
+    complete = [
+        dataclasses.replace(r, per_device_steps={n: max(1, round(rates[n] * r.time_s * 0.9)) for n in r.devices})
+        for r in runs
+    ]
     assert "regression" in ThroughputModel.fit(devices, complete).loo_errors
 
 

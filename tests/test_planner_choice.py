@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from hetcluster.errors import PlanningError
 from hetcluster.planner import (
     DeviceMeasurement,
     FittedModels,
@@ -23,7 +24,6 @@ from hetcluster.planner import (
 )
 from hetcluster.planner.configurations import names_for_masks
 from hetcluster.planner.throughput import Contention
-from hetcluster.errors import PlanningError
 
 # Three devices, no multi-device runs → no contention: R = Σ r_i, P = Σ busy.
 A = DeviceMeasurement("A", 10.0, 100.0, 50.0)
@@ -156,7 +156,9 @@ def test_a_configurations_memory_plan_is_solved_as_if_every_member_were_that_slo
     contention = Contention(family, 1.0 / 14.0)  # binds the plain rates (15.6), not the planned ones (12.1)
     steps, _ = ThroughputModel(devices=planned, contention=contention).predict(np.array([7, 3, 1]))
     for row, (mask, slowdown) in enumerate([(7, 1.4), (3, 1.2), (1, 1.0)]):
-        divided = tuple(DeviceMeasurement(d.name, d.steps_per_s / slowdown, d.busy_power_w, d.idle_power_w) for d in FLEET)
+        divided = tuple(
+            DeviceMeasurement(d.name, d.steps_per_s / slowdown, d.busy_power_w, d.idle_power_w) for d in FLEET
+        )
         expected, _ = ThroughputModel(devices=divided, contention=contention).predict(np.array([mask]))
         assert steps[row] == pytest.approx(expected[0], rel=1e-9)
 

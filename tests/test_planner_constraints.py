@@ -93,6 +93,9 @@ def test_excluded_devices_still_idle_when_idle_power_counts():
 
 
 def test_nothing_fits_in_memory_says_so():
-    fleet = [DeviceMeasurement("x", 1.0, 5.0, 1.0, memory_fits=False), DeviceMeasurement("y", 2.0, 5.0, 1.0, memory_fits=False)]
+    fleet = [
+        DeviceMeasurement("x", 1.0, 5.0, 1.0, memory_fits=False),
+        DeviceMeasurement("y", 2.0, 5.0, 1.0, memory_fits=False),
+    ]
     with pytest.raises(InfeasibleError, match="memory fit"):
         choose(estimate(fleet, [], JOB), "time")

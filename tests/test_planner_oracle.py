@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from hetcluster.errors import InfeasibleError
 from hetcluster.planner import (
     Deadline,
     DeviceMeasurement,
@@ -18,7 +19,6 @@ from hetcluster.planner import (
     RunMeasurement,
     plan,
 )
-from hetcluster.errors import InfeasibleError
 
 
 def random_fleet(seed: int):
@@ -71,7 +71,9 @@ def test_classes_match_brute_force_when_some_classes_train_under_memory_plans(se
     for objective in ("time", "edp"):
         exact = plan(devices, runs, job, objective, mode="devices", models=models)
         grouped = plan(devices, runs, job, objective, mode="classes", models=models)
-        assert grouped.table[grouped.objective.column].iloc[0] == pytest.approx(exact.table[exact.objective.column].iloc[0], rel=1e-6)
+        assert grouped.table[grouped.objective.column].iloc[0] == pytest.approx(
+            exact.table[exact.objective.column].iloc[0], rel=1e-6
+        )
         assert class_counts(grouped) == class_counts(exact)
 
 
@@ -137,7 +139,10 @@ def test_large_fleets_switch_to_classes_and_search():
     assert result.table.attrs["mode"] == "classes" and result.table.attrs.get("search") == "pattern"
     assert result.table.attrs["configurations_total"] > 10 ** 20
     row = result.chosen_row
-    assert len(row["devices"]) == row["n_workers"] and sum(int(c.split("×")[1]) for c in row["classes"]) == row["n_workers"]
+    assert (
+        len(row["devices"]) == row["n_workers"]
+        and sum(int(c.split("×")[1]) for c in row["classes"]) == row["n_workers"]
+    )
     # small enough to list: 3 classes of 10 → every count vector
     small = [d for k in ("k0", "k1", "k2") for d in [x for x in devices if x.class_key == k][:8]]
     listed = plan(small, (), job, "time", mode="auto")   # 24 devices > 20: classes, all listed

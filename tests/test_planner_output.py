@@ -8,8 +8,17 @@ import pytest
 from rich.console import Console
 
 from hetcluster.cli.plan_output import plan_to_csv, plan_to_dict, plan_to_json, plot_pareto, print_table, revision_line
-from hetcluster.planner import (Deadline, DeviceMeasurement, FittedModels, JobSpec, RunMeasurement, SoloRate, choose,
-                                estimate, plan)
+from hetcluster.planner import (
+    Deadline,
+    DeviceMeasurement,
+    FittedModels,
+    JobSpec,
+    RunMeasurement,
+    SoloRate,
+    choose,
+    estimate,
+    plan,
+)
 
 FLEET = (
     DeviceMeasurement("A", 10.0, 100.0, 50.0),
@@ -44,7 +53,17 @@ def test_json_has_the_contract_fields():
     assert data["chosen"] == ["A", "B", "C"]
     assert len(data["configurations"]) == 7
     first = data["configurations"][0]
-    for key in ("devices", "time_s", "power_w", "energy_j", "edp_js", "feasible", "time_s_std", "energy_j_std", "edp_js_std"):
+    for key in (
+        "devices",
+        "time_s",
+        "power_w",
+        "energy_j",
+        "edp_js",
+        "feasible",
+        "time_s_std",
+        "energy_j_std",
+        "edp_js_std",
+    ):
         assert key in first
     assert first["chosen"] is True and first["devices"] == ["A", "B", "C"]
     assert any(not c["feasible"] for c in data["configurations"])   # C alone misses the deadline

@@ -119,7 +119,7 @@ def test_the_choices_stay_close_to_the_measured_best():
 
 
 def test_a_single_devices_stated_uncertainty_is_of_the_size_of_its_error():
-    """z = (measured − predicted)/σ over every configuration of the recordings. A device alone is
+    """Z = (measured − predicted)/σ over every configuration of the recordings. A device alone is
     predicted from a solo window of a few seconds, which misses the rate it then trains at about as
     a set's prediction misses: its σ carries the model's error too (planner/throughput.py). With the
     window's own spread alone, its time z RMS read 6.2 here and its power σ was 0."""

@@ -5,8 +5,8 @@ before every member's first step is back, and the start-up draws its own measure
 import numpy as np
 import pytest
 
-from hetcluster.planner import DeviceMeasurement, JobSpec, choose, estimate
 from hetcluster.agent.client import mean_power_between
+from hetcluster.planner import DeviceMeasurement, JobSpec, choose, estimate
 from hetcluster.power.base import PowerSample
 from hetcluster.profiling.pretrain import _startup, _startup_power_w
 from hetcluster.profiling.profile import DeviceProfile, Profile, to_planner_inputs
@@ -46,8 +46,18 @@ def test_time_is_the_lagged_fluid_end_or_the_slowest_first_step():
 def test_start_up_is_priced_at_its_measured_power():
     # the same devices, their start-ups measured at 70 W (fast: below its 100 W training power)
     # and 9 W (slow); times do not change
-    fast, slow = (DeviceMeasurement(d.name, d.steps_per_s, d.busy_power_w, d.idle_power_w, startup_s=d.startup_s,
-                                    first_step_s=d.first_step_s, startup_power_w=q) for d, q in ((FAST, 70.0), (SLOW, 9.0)))
+    fast, slow = (
+        DeviceMeasurement(
+            d.name,
+            d.steps_per_s,
+            d.busy_power_w,
+            d.idle_power_w,
+            startup_s=d.startup_s,
+            first_step_s=d.first_step_s,
+            startup_power_w=q,
+        )
+        for d, q in ((FAST, 70.0), (SLOW, 9.0))
+    )
     plain, priced = estimate((FAST, SLOW), [], JOB), estimate((fast, slow), [], JOB)
     assert np.allclose(priced["time_s"], plain["time_s"])
     # fast alone: 11 s, of which its 1 s start-up at 70 W instead of 100 W
@@ -90,7 +100,9 @@ def test_start_up_power_under_contention_replaces_the_members_power_in_the_set()
     same = tuple(DeviceMeasurement(d.name, d.steps_per_s, d.busy_power_w, d.idle_power_w, startup_s=d.startup_s,
                                    first_step_s=d.first_step_s, startup_power_w=p) for d, p in zip((a, b), per_member))
     pair = ("a", "b")
-    assert _row(estimate(same, runs, JOB), pair)["energy_j"] == pytest.approx(_row(estimate((a, b), runs, JOB), pair)["energy_j"])
+    assert _row(estimate(same, runs, JOB), pair)["energy_j"] == pytest.approx(
+        _row(estimate((a, b), runs, JOB), pair)["energy_j"]
+    )
     # (each alone trains at its solo power, above these in-set figures: there the start-ups are cheaper)
     assert _row(estimate(same, runs, JOB), ("a",))["energy_j"] < _row(estimate((a, b), runs, JOB), ("a",))["energy_j"]
 
@@ -165,8 +177,19 @@ def test_pretraining_start_up_power_is_the_mean_over_the_start_up():
 
 
 def test_profile_keeps_start_up_and_old_profiles_read_as_zero():
-    device = DeviceProfile("d", 2.0, 0.1, 10.0, 5.0, steps=8, time_s=4.0, energy_j=40.0, first_step_s=8.0, startup_s=7.5,
-                           startup_power_w=7.0)
+    device = DeviceProfile(
+        "d",
+        2.0,
+        0.1,
+        10.0,
+        5.0,
+        steps=8,
+        time_s=4.0,
+        energy_j=40.0,
+        first_step_s=8.0,
+        startup_s=7.5,
+        startup_power_w=7.0,
+    )
     profile = Profile(model={"name": "small_cnn"}, devices=[device], runs=[], excluded={}, pretrain_steps=10,
                       pretrain_time_s=20.0, pretrain_energy_j=200.0, checkpoint_dir=None, checkpoint_path=None,
                       warmup_steps=2, steps_per_run=10, created_wall_s=0.0)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_power_android import supply
+from test_power_jetson import hwmon_board
+from test_power_nvml import FakeGpu, FakeNvml
+from test_power_rapl import make_zone
 
 from hetcluster.errors import ConfigError, PowerSourceError
 from hetcluster.power import (
@@ -17,10 +21,6 @@ from hetcluster.power import (
 )
 from hetcluster.power.jetson import JetsonPowerSource
 from hetcluster.power.rapl import RaplPowerSource
-from test_power_android import supply
-from test_power_jetson import hwmon_board
-from test_power_nvml import FakeGpu, FakeNvml
-from test_power_rapl import make_zone
 
 NO_NVML = FakeNvml([], init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND)
 

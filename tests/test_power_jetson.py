@@ -80,7 +80,9 @@ def test_hwmon_orin_nano_multiplies_mv_by_ma(tmp_path: Path) -> None:
 
 
 def test_hwmon_agx_orin_skips_unconnected_channels(tmp_path: Path) -> None:
-    hwmon_board(tmp_path, "1-0040", 1, [("VDD_GPU_SOC", 5000, 1000), ("VDD_CPU_CV", 5000, 600), ("VIN_SYS_5V0", 5000, 400)])
+    hwmon_board(
+        tmp_path, "1-0040", 1, [("VDD_GPU_SOC", 5000, 1000), ("VDD_CPU_CV", 5000, 600), ("VIN_SYS_5V0", 5000, 400)]
+    )
     hwmon_board(tmp_path, "1-0041", 2, [("NC", 0, 0), ("VDDQ_VDD2_1V8AO", 5000, 200), ("NC", 0, 0)])
     source = JetsonPowerSource(tmp_path)
     assert sorted(source.rail_names) == ["VDDQ_VDD2_1V8AO", "VDD_CPU_CV", "VDD_GPU_SOC", "VIN_SYS_5V0"]

@@ -200,8 +200,20 @@ def test_no_gpu_is_refused_and_shut_down() -> None:
 def test_list_accelerators_decodes_bytes() -> None:
     found = list_nvidia_accelerators(two_gpus(energy=True))
     assert found == [
-        {"vendor": "nvidia", "name": "NVIDIA H100 80GB HBM3", "index": 0, "uuid": "GPU-aaaa", "memory_bytes": 80 * 2**30},
-        {"vendor": "nvidia", "name": "NVIDIA H100 80GB HBM3", "index": 1, "uuid": "GPU-bbbb", "memory_bytes": 80 * 2**30},
+        {
+            "vendor": "nvidia",
+            "name": "NVIDIA H100 80GB HBM3",
+            "index": 0,
+            "uuid": "GPU-aaaa",
+            "memory_bytes": 80 * 2**30,
+        },
+        {
+            "vendor": "nvidia",
+            "name": "NVIDIA H100 80GB HBM3",
+            "index": 1,
+            "uuid": "GPU-bbbb",
+            "memory_bytes": 80 * 2**30,
+        },
     ]
 
 

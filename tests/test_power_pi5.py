@@ -34,7 +34,8 @@ def test_total_power_is_sum_of_v_times_i() -> None:
 
 
 def test_parser_ignores_noise_and_unpaired_lines() -> None:
-    text = "error=0\n  VDD_CORE_A current(7)=1.00000000A\nrandom line\n  VDD_CORE_V volt(15)=0.80000000V\n  X_A current(1)=3A\n"
+    text = ("error=0\n  VDD_CORE_A current(7)=1.00000000A\nrandom line\n  VDD_CORE_V volt(15)=0.80000000V\n"
+            "  X_A current(1)=3A\n")
     assert parse_pmic_adc(text) == {"VDD_CORE": (0.8, 1.0)}
 
 

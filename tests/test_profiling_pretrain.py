@@ -40,11 +40,18 @@ def running_fleet(tmp_path, devices_spec, extra=()):
                     "key_file": str(creds.client_key)}
     servers, devices = [], []
     for name, idle_w, busy_w, device_class in devices_spec:
-        config = AgentConfig.from_mapping({"agent": {"name": name, "listen": "127.0.0.1:0",
-                                                     "state_dir": str(tmp_path / name)},
-                                            "auth": {"token_file": str(creds.token), "cert_file": str(creds.server_cert),
-                                                     "key_file": str(creds.server_key),
-                                                     "client_ca_file": str(creds.ca_cert)}}, tmp_path)
+        config = AgentConfig.from_mapping(
+            {
+                "agent": {"name": name, "listen": "127.0.0.1:0", "state_dir": str(tmp_path / name)},
+                "auth": {
+                    "token_file": str(creds.token),
+                    "cert_file": str(creds.server_cert),
+                    "key_file": str(creds.server_key),
+                    "client_ca_file": str(creds.ca_cert),
+                },
+            },
+            tmp_path,
+        )
         source = TaskAwareSource(idle_w, busy_w)
         server = AgentServer(config, source, probe_hardware=False).start()
         source.state = server.state
@@ -67,26 +74,31 @@ def fleet(tmp_path):
     """board-1 and board-2 of one class, other, and ghost (an inventory entry with no agent)."""
     from hetcluster.training.servers import free_address
 
-    with running_fleet(tmp_path, (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None), ("board-2", 1.5, 3.0, "board")),
-                       extra=[{"name": "ghost", "address": free_address("127.0.0.1")}]) as inventory:
+    with running_fleet(
+        tmp_path,
+        (("board-1", 1.0, 3.0, "board"), ("other", 2.0, 6.0, None), ("board-2", 1.5, 3.0, "board")),
+        extra=[{"name": "ghost", "address": free_address("127.0.0.1")}],
+    ) as inventory:
         yield inventory
 
 
-def test_pretraining_measures_a_device_per_class_and_a_set_under_their_memory_plans_and_continues_one_checkpoint(fleet, tmp_path):
+def test_pretraining_measures_a_device_per_class_and_a_set_under_their_memory_plans_and_continues_one_checkpoint(
+    fleet, tmp_path
+):
     """One phase, every step of it (the two tests it replaced pre-trained a fleet each):
     ghost has no agent and is excluded; board-2 is board-1's class, so one solo run serves both;
     other's memory budget is a byte under what plain TensorFlow needs, so its solo run and every
     run with it train under its plan (recomputation), as training would run them, while board-1
     alone trains plain; the faster of board-1 and other is measured alone twice, around the set;
     every run continues one checkpoint."""
-    from hetcluster.memory.fit import graph_of, plan_for, training_memory
+    from hetcluster.memory.fit import plan_for, training_memory
+    from hetcluster.memory.model_graph import graph_of, spec_graph
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
     from hetcluster.profiling.profile import load_profile, save_profile, to_planner_inputs
     from hetcluster.training.checkpoints import checkpoint_steps
 
     spec = ModelSpec("small_cnn", (16, 16, 3), 4, 8)
-    plain_bytes = plan_for(spec.name, spec.batch_size, 1 << 40, input_shape=spec.input_shape,
-                           classes=spec.classes).predicted_peak_bytes
+    plain_bytes = plan_for(spec_graph(spec), spec.batch_size, 1 << 40).predicted_peak_bytes
     budgets = {"board-1": (8 << 30, "cpu"), "board-2": (8 << 30, "cpu"), "other": (plain_bytes - 1, "cpu")}
     events = []
     # each run: 12 steps past its warm-up, more while that window is under 1 s, at most 24; the warm-up
@@ -96,7 +108,7 @@ def test_pretraining_measures_a_device_per_class_and_a_set_under_their_memory_pl
                                 max_steps_per_run=24)
     ckpt = str(tmp_path / "ckpt")
     profile = run_pretraining(fleet, spec, ckpt, settings=settings,
-                              memory=lambda names: training_memory(spec, budgets, list(names)),
+                              memory=lambda names: training_memory(spec, budgets, list(names), spec_graph(spec)),
                               on_event=lambda kind, details: events.append((kind, details)))
 
     assert set(profile.excluded) == {"ghost"} and "health" in profile.excluded["ghost"]

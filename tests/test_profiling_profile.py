@@ -8,8 +8,14 @@ import json
 import pytest
 
 from hetcluster.errors import ProfileError
-from hetcluster.profiling.profile import (DeviceProfile, Profile, RunProfile, load_profile, save_profile,
-                                          to_planner_inputs)
+from hetcluster.profiling.profile import (
+    DeviceProfile,
+    Profile,
+    RunProfile,
+    load_profile,
+    save_profile,
+    to_planner_inputs,
+)
 from hetcluster.profiling.sets import calibration_sets
 from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
 
@@ -132,7 +138,9 @@ def test_a_class_s_unmeasured_devices_take_the_measured_one_s_figures_and_keep_t
                           device_class="board")
     lone = DeviceProfile("x", 9.0, 0.2, 6.0, 2.0, 90, 10.0, 60.0, "model")
     classes = {"b-1": "board", "x": None, "b-2": "board", "y": None}
-    profiles = class_copies([board, lone], ["b-2", "x", "b-1", "y"], classes, {"b-1": 1.0, "b-2": 1.2, "x": 2.0, "y": 0.5})
+    profiles = class_copies(
+        [board, lone], ["b-2", "x", "b-1", "y"], classes, {"b-1": 1.0, "b-2": 1.2, "x": 2.0, "y": 0.5}
+    )
     assert [p.name for p in profiles] == ["b-2", "x", "b-1"]   # y (no class, not measured) has no figures
     copy = profiles[0]
     assert (copy.steps_per_s, copy.first_step_s, copy.device_class, copy.measured_on) == (4.0, 2.0, "board", "b-1")

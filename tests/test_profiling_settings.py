@@ -132,7 +132,9 @@ def test_a_solo_run_must_hold_min_window_steps_and_a_set_is_sized_by_its_seconds
         raise TrainingError("stop here")
 
     class Launched:
-        addresses = ClusterAddresses(workers={"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, ps=["127.0.0.1:3"], chief="127.0.0.1:4")
+        addresses = ClusterAddresses(
+            workers={"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, ps=["127.0.0.1:3"], chief="127.0.0.1:4"
+        )
         plane = None
 
         def stop(self):

@@ -22,7 +22,9 @@ from train_fleet import MODEL_ARGS, alive_tasks, emulated_fleet, write_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
-TOTAL = 300  # each strike waits for a checkpoint (every 40 steps): the last, 40 steps past the one Ctrl-C left, lands well before the end
+# each strike waits for a checkpoint (every 40 steps): the last, 40 steps past the one Ctrl-C left, lands well
+# before the end
+TOTAL = 300
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +44,22 @@ def _train(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _new_job(fleet: Path, workdir: Path, *extra: str) -> subprocess.Popen:
-    return _train(fleet, workdir, "--profile", str(write_profile(fleet / f"profile-{workdir.name}.json")),
-                  *MODEL_ARGS, "--total-steps", str(TOTAL), "--require", "fast", "--require", "slow", "--round-steps", "20",
-                  *extra)
+    return _train(
+        fleet,
+        workdir,
+        "--profile",
+        str(write_profile(fleet / f"profile-{workdir.name}.json")),
+        *MODEL_ARGS,
+        "--total-steps",
+        str(TOTAL),
+        "--require",
+        "fast",
+        "--require",
+        "slow",
+        "--round-steps",
+        "20",
+        *extra,
+    )
 
 
 def _ledger(workdir: Path) -> dict:
@@ -162,12 +177,14 @@ def test_a_killed_coordinator_leaves_no_worker_past_its_lease(fleet, tmp_path):
 def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path):
     """Not a failure: the one memory test that needs the fleet. slow's inventory budget is a byte
     under what plain TensorFlow needs for the model, so the job trains under its plan (recompute)."""
-    import tomli_w
     import tomllib
 
-    from hetcluster.memory.fit import plan_for
+    import tomli_w
 
-    plain_bytes = plan_for("small_cnn", 8, 1 << 40, input_shape=(16, 16, 3), classes=4).predicted_peak_bytes
+    from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import graph_of
+
+    plain_bytes = plan_for(graph_of("small_cnn", 1, (16, 16, 3), 4), 8, 1 << 40).predicted_peak_bytes
     data = tomllib.loads((fleet / "cluster.toml").read_text())
     for device in data["devices"]:
         if device["name"] == "slow":
@@ -175,9 +192,28 @@ def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path)
     inventory = fleet / "tight.toml"  # beside cluster.toml: its credential paths are relative
     inventory.write_text(tomli_w.dumps(data))
     workdir = tmp_path / "job"
-    cmd = [sys.executable, "-m", "hetcluster.cli.app", "train", "--inventory", str(inventory), "--workdir", str(workdir),
-           "--report", str(workdir / "report.json"), "--profile", str(write_profile(fleet / "profile-tight.json")),
-           *MODEL_ARGS, "--total-steps", "40", "--require", "fast", "--require", "slow", "--allow-missing"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hetcluster.cli.app",
+        "train",
+        "--inventory",
+        str(inventory),
+        "--workdir",
+        str(workdir),
+        "--report",
+        str(workdir / "report.json"),
+        "--profile",
+        str(write_profile(fleet / "profile-tight.json")),
+        *MODEL_ARGS,
+        "--total-steps",
+        "40",
+        "--require",
+        "fast",
+        "--require",
+        "slow",
+        "--allow-missing",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "memory: every worker trains under the plan for slow's" in done.stdout

@@ -46,7 +46,8 @@ FRESH = textwrap.dedent("""
         layer.moving_variance.assign(values.var(axis=axes))
     fresh = accuracy(model)
     tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()   # training's own statistics
-    print(json.dumps({"exported": exported, "fresh": fresh, "checkpoint": accuracy(model), "held_out": int(held.sum())}))
+    scores = {"exported": exported, "fresh": fresh, "checkpoint": accuracy(model), "held_out": int(held.sum())}
+    print(json.dumps(scores))
 """)
 
 

@@ -1,6 +1,7 @@
 """The memory plan a training runs under (`memory.fit.training_memory`): the tightest chosen
 device's, and plain TensorFlow where that fits. Budgets come from the inventory, so no agent is
-asked (but in the test of asking an agent once); the plans are the memory scheduler's own (TensorFlow builds the model's layer graph)."""
+asked (but in the test of asking an agent once); the plans are the memory scheduler's own (TensorFlow builds the
+model's layer graph)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hetcluster.cli.pretraining import DeviceBudgets
 from hetcluster.inventory import load_inventory
 from hetcluster.memory.fit import plan_for, training_memory
+from hetcluster.memory.model_graph import spec_graph
 from hetcluster.models import ModelSpec
 
 pytestmark = pytest.mark.tensorflow
@@ -28,13 +30,12 @@ def _fleet(tmp_path, budgets: dict[str, int]):
 
 
 def _plain_peak_bytes() -> int:
-    return plan_for(MODEL.name, MODEL.batch_size, 1 << 40, input_shape=MODEL.input_shape,
-                    classes=MODEL.classes).predicted_peak_bytes
+    return plan_for(spec_graph(MODEL), MODEL.batch_size, 1 << 40).predicted_peak_bytes
 
 
 def test_plain_tensorflow_where_the_tightest_budget_holds_it(tmp_path):
     fleet = _fleet(tmp_path, {"big": 8 << 30, "small": 2 << 30})
-    memory = training_memory(MODEL, DeviceBudgets(fleet).of(fleet.names), ("big", "small"))
+    memory = training_memory(MODEL, DeviceBudgets(fleet).of(fleet.names), ("big", "small"), spec_graph(MODEL))
     assert memory.budget_bytes == 0 and memory.device == "small" and memory.plan.technique == "none"
     assert "plain TensorFlow fits every chosen device (the tightest: small's 2048.0 MiB)" in memory.describe()
 
@@ -43,22 +44,22 @@ def test_the_tightest_devices_plan_when_plain_tensorflow_does_not_fit_it(tmp_pat
     tight = _plain_peak_bytes() - 1  # a byte under what plain TensorFlow needs: recomputation fits
     fleet = _fleet(tmp_path, {"big": 8 << 30, "small": tight, "other": 4 << 30})
     budgets = DeviceBudgets(fleet).of(fleet.names)
-    memory = training_memory(MODEL, budgets, ("big", "small"))
+    memory = training_memory(MODEL, budgets, ("big", "small"), spec_graph(MODEL))
     assert (memory.budget_bytes, memory.device_kind, memory.device) == (tight, "cpu", "small")
     assert memory.plan.fits and memory.plan.technique.startswith("recompute")
     assert "every worker trains under the plan for small's" in memory.describe()
     # the devices not chosen do not count; the big one alone trains plain
-    assert training_memory(MODEL, budgets, ("big",)).budget_bytes == 0
+    assert training_memory(MODEL, budgets, ("big",), spec_graph(MODEL)).budget_bytes == 0
     # the command line's device kind applies to every device (offload only on discrete GPUs)
     gpus = DeviceBudgets(fleet, "discrete-gpu").of(["small"])
     assert gpus == {"small": (tight, "discrete-gpu")}
-    assert training_memory(MODEL, gpus, ("small",)).device_kind == "discrete-gpu"
+    assert training_memory(MODEL, gpus, ("small",), spec_graph(MODEL)).device_kind == "discrete-gpu"
 
 
 def test_no_known_budget_means_plain_tensorflow(tmp_path):
     fleet = _fleet(tmp_path, {"big": 8 << 30})
     assert DeviceBudgets(fleet).of(["ghost"]) == {}  # not in the inventory
-    memory = training_memory(MODEL, DeviceBudgets(fleet).of(fleet.names), ("ghost",))
+    memory = training_memory(MODEL, DeviceBudgets(fleet).of(fleet.names), ("ghost",), spec_graph(MODEL))
     assert memory.budget_bytes == 0 and memory.plan is None
     assert "no chosen device has a known budget" in memory.describe()
 
@@ -66,7 +67,9 @@ def test_no_known_budget_means_plain_tensorflow(tmp_path):
 def test_a_plans_slowdown_and_technique_are_plain_where_plain_tensorflow_fits(tmp_path):
     tight = _plain_peak_bytes() - 1
     budgets = DeviceBudgets(_fleet(tmp_path, {"big": 8 << 30, "small": tight})).of(["big", "small"])
-    plain, planned = training_memory(MODEL, budgets, ("big",)), training_memory(MODEL, budgets, ("big", "small"))
+    graph = spec_graph(MODEL)
+    plain = training_memory(MODEL, budgets, ("big",), graph)
+    planned = training_memory(MODEL, budgets, ("big", "small"), graph)
     assert (plain.slowdown, plain.technique) == (1.0, "")
     assert planned.technique == planned.plan.technique and planned.technique.startswith("recompute")
     assert planned.slowdown == pytest.approx(1.0 + planned.plan.predicted_slowdown) and planned.slowdown > 1.0

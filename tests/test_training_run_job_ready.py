@@ -60,8 +60,10 @@ def test_a_training_process_that_ends_without_a_result_is_a_one_line_error_with_
 def test_a_crashed_run_reports_its_error_in_one_line():
     from hetcluster.training.run_job import crash_summary
 
-    traced = ValueError("in user code:\n\n    File \"engine.py\", line 103, in gradient_fn  *\n        per_example = ...\n\n"
-                        "    ValueError: 'user net/' is not a valid root scope name.\n")
+    traced = ValueError(
+        'in user code:\n\n    File "engine.py", line 103, in gradient_fn  *\n        per_example = ...\n\n'
+        "    ValueError: 'user net/' is not a valid root scope name.\n"
+    )
     assert crash_summary(traced) == ("ValueError: 'user net/' is not a valid root scope name. "
                                      "(the run's log holds the traceback)")
     assert crash_summary(RuntimeError("out of threads")) == "RuntimeError: out of threads"

@@ -15,8 +15,14 @@ import pytest
 
 from hetcluster.errors import AgentError, TaskError
 from hetcluster.training import servers as servers_module
-from hetcluster.training.servers import (LocalServer, address_reachable, free_port, free_ports, port_bindable,
-                                         wait_until_serving)
+from hetcluster.training.servers import (
+    LocalServer,
+    address_reachable,
+    free_port,
+    free_ports,
+    port_bindable,
+    wait_until_serving,
+)
 
 LISTEN = """
 import socket, sys, time
@@ -63,7 +69,9 @@ class _LowestFreePortSocket:
 
 
 def test_free_ports_are_distinct_even_when_the_kernel_reuses_a_released_port(monkeypatch):
-    monkeypatch.setattr(servers_module, "socket", SimpleNamespace(socket=_LowestFreePortSocket, AF_INET=2, SOCK_STREAM=1))
+    monkeypatch.setattr(
+        servers_module, "socket", SimpleNamespace(socket=_LowestFreePortSocket, AF_INET=2, SOCK_STREAM=1)
+    )
     assert free_ports(4, "127.0.0.1") == [40000, 40001, 40002, 40003]
     assert servers_module.free_addresses(2, "127.0.0.1") == ["127.0.0.1:40000", "127.0.0.1:40001"]
     assert not _LowestFreePortSocket.bound  # every socket released
@@ -138,7 +146,9 @@ def test_a_failed_run_names_the_servers_that_ended_with_their_logs():
     ps.process.wait(timeout=30)
     running = TaskInfo("w0", "worker", 0, "127.0.0.1:2", 11, "running")
     failed = TaskInfo("w1", "worker", 1, "127.0.0.1:3", 12, "failed", message="...\nSegmentation fault")
-    addresses = ClusterAddresses(workers={"a": "127.0.0.1:2", "b": "127.0.0.1:3", "c": "127.0.0.1:4"}, ps=[ps.address], chief="")
+    addresses = ClusterAddresses(
+        workers={"a": "127.0.0.1:2", "b": "127.0.0.1:3", "c": "127.0.0.1:4"}, ps=[ps.address], chief=""
+    )
     launched = LaunchedCluster(addresses, {"a": "w0", "b": "w1", "c": "w2"},
                                [ps], {"a": _Agent(running), "b": _Agent(failed), "c": _Agent()})
     try:
@@ -198,7 +208,9 @@ def test_run_on_devices_asks_which_servers_ended_before_it_stops_them(monkeypatc
     monkeypatch.setattr(launch, "launch_cluster", lambda *args, **kwargs: Launched())
     monkeypatch.setattr(coordinator, "train_on", train_on)
     spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10)
-    with pytest.raises(TrainingError, match=r"2 root error\(s\) found\. Servers that ended: ps:0 exited with code -9") as caught:
+    with pytest.raises(
+        TrainingError, match=r"2 root error\(s\) found\. Servers that ended: ps:0 exited with code -9"
+    ) as caught:
         coordinator.run_on_devices(Inventory(), ["a"], spec)
     assert caught.value.hint == "resume." and events == ["asked", "stopped"]
 

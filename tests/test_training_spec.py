@@ -222,7 +222,9 @@ def test_a_multi_worker_measurement_run_is_extended_until_every_worker_is_steady
     # its first (set-up) step back at 3.5 s, 3.5 s long: it needs one more warm-up step and two
     # more such steps (10.5 s)
     slow = [_Stamp(1.0, True, 0.0, 3.5, 1)]
-    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=2) == math.ceil(1.1 * (41 - 2) / (4.0 - 0.2) * 10.5)
+    assert _steps_to_fill_window(spec, fast + slow, room=460, n_workers=2) == math.ceil(
+        1.1 * (41 - 2) / (4.0 - 0.2) * 10.5
+    )
     # steady: past its two warm-up steps (0–3.5, 3.5–4.5) the slow worker's kept steps 4.5–5.5,
     # 5.5–6.5, 6.5–7.5 → a window from 4.5 to 7.5 ≥ 3 s
     fast_long = [_Stamp(1.0, True, 0.1 * k, 0.1 * k + 0.1, 0) for k in range(70)]
@@ -254,7 +256,12 @@ def test_steady_rates_leave_out_what_a_worker_waited_at_the_engines_joins():
     plain = _result(step_times=steps, warmup_steps=1, steps_per_worker={"a": 8, "b": 5})
     assert plain.steady_rates()[2]["a"] == pytest.approx(6 / 5.0)
     assert RunResult.from_dict(joined.to_dict()).round_starts_wall_s == [100.0, 104.0]
-    assert RunResult.from_dict({k: v for k, v in plain.to_dict().items() if k != "round_starts_wall_s"}).round_starts_wall_s == []
+    assert (
+        RunResult.from_dict(
+            {k: v for k, v in plain.to_dict().items() if k != "round_starts_wall_s"}
+        ).round_starts_wall_s
+        == []
+    )
 
 
 def test_a_workers_steady_rate_does_not_count_the_step_it_was_in_when_the_window_opened():

@@ -21,8 +21,9 @@ def emulated_fleet(root: Path, tag: str) -> Iterator[Path]:
 
     Each worker imports TensorFlow inside its device's quota (about 10 CPU seconds on a slow host):
     at 0.3 core that took slow 33 s per job started, most of what these tests waited for."""
-    import tomli_w
     import tomllib
+
+    import tomli_w
 
     from hetcluster.emulation.catalog import DeviceProfile
     from hetcluster.emulation.cluster import cluster_down, cluster_up
@@ -64,7 +65,7 @@ def write_profile(path: Path, with_ghost: bool = True, model: Any = None) -> Pat
     With the layer graph pre-training records (Profile.memory_graph), extracted once in the test's
     process: the CLI under test plans memory on it and imports no TensorFlow of its own (about 8 CPU
     seconds per command on a 2-core host); its training processes still do."""
-    from hetcluster.memory.fit import graph_of
+    from hetcluster.memory.model_graph import graph_of
     from hetcluster.models.spec import ModelSpec
 
     model = model or ModelSpec("small_cnn", (16, 16, 3), 4, 8)

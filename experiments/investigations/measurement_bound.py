@@ -6,7 +6,8 @@ often as a second training is (the rounds' agreement), while a planner that knew
 expected cost would be right in about 90 % of cases. Is the gap the pre-training windows (a
 calibration set measured a median 1.4 s on these short jobs) or the truth's own round-to-round noise?
 Each repeated-truth recording (experiments.recordings) keeps every configuration's trainings, round
-by round, with each worker's steady rate, first step and the training phase's time. So for each scored round k, with o the other round,
+by round, with each worker's steady rate, first step and the training phase's time. So for each scored round k, with
+o the other round,
 the planner can be re-fitted on what round o measured, as if pre-training's windows had lasted a
 whole training phase, and scored against round k (round o's noise is not round k's: no leak).
 
@@ -141,10 +142,15 @@ def recording_rows(recording: Recording) -> list[dict[str, Any]]:
     rows = []
     for scored in (0, 1):
         other = 1 - scored
-        chosen = {source: choices(*inputs_from_round(evaluation, total_steps, other, source), source) for source in PLANNED}
+        chosen = {
+            source: choices(*inputs_from_round(evaluation, total_steps, other, source), source) for source in PLANNED
+        }
         for name in OBJECTIVES:
             best = round_best(evaluation, scored, name)
-            picks = {**{source: chosen[source][name] for source in PLANNED}, "round o": round_best(evaluation, other, name)}
+            picks = {
+                **{source: chosen[source][name] for source in PLANNED},
+                "round o": round_best(evaluation, other, name),
+            }
             row = {"recording": recording.label, "devices": len(evaluation["profile"]["devices"]),
                    "objective": name, "round": scored, "best": "+".join(sorted(best))}
             row.update({source: pick == best for source, pick in picks.items()})

@@ -73,7 +73,9 @@ def report(recording: Recording) -> dict[str, Any]:
     lines, errors, window_steps, spreads, first_steps = [], {}, {}, [], {}
     for device in profile.devices:
         windows = device.solo_rates_steps_per_s or [device.steps_per_s]
-        trained = [steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])]
+        trained = [
+            steady_rate(r, device.name, remaining, device.startup_s) for r in runs.get(frozenset([device.name]), [])
+        ]
         if not trained:
             continue
         mean = statistics.fmean(rate for rate, _ in trained)
@@ -87,13 +89,19 @@ def report(recording: Recording) -> dict[str, Any]:
             if len(trained) >= 2 and device.name in revised:
                 spreads.append((math.log(device.steps_per_s / mean), math.log(revised[device.name] / mean),
                                 math.log(trained[0][0] / trained[1][0])))
-        lines.append(f"  {device.name:14s} solo {' / '.join(f'{w:.2f}' for w in windows)}"
-                     f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
-                     f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
-                     f"  pre-training off by {errors[device.name]:+.0%}"
-                     + (f" (revised by the sets {revised[device.name] / mean - 1:+.0%})" if device.name in revised else "")
-                     + (f"; its first {SHORT_WINDOW_STEPS} steps {first_steps[device.name][0]:+.0%}, its first window "
-                        f"({len(ends)} steps) {first_steps[device.name][1]:+.0%}" if device.name in first_steps else ""))
+        lines.append(
+            f"  {device.name:14s} solo {' / '.join(f'{w:.2f}' for w in windows)}"
+            f"{f' (pooled {device.steps_per_s:.2f})' if len(windows) > 1 else ''}"
+            f"  trained {', '.join(f'{r:.2f}' if m else f'~{r:.2f}' for r, m in trained)}"
+            f"  pre-training off by {errors[device.name]:+.0%}"
+            + (f" (revised by the sets {revised[device.name] / mean - 1:+.0%})" if device.name in revised else "")
+            + (
+                f"; its first {SHORT_WINDOW_STEPS} steps {first_steps[device.name][0]:+.0%}, its first window "
+                f"({len(ends)} steps) {first_steps[device.name][1]:+.0%}"
+                if device.name in first_steps
+                else ""
+            )
+        )
     table = plan(devices, planner_runs, job, "edp", (), models=models).table
     predicted = {frozenset(row["devices"]): row["steps_per_s"] for row in table.to_dict("records")}
     fastest = max(profile.devices, key=lambda d: d.steps_per_s)
@@ -115,8 +123,10 @@ def report(recording: Recording) -> dict[str, Any]:
     best_pair = min(pair_gains, key=lambda g: g[1]) if pair_gains else None
     if best_pair:
         partner, trained_gain, predicted_gain = best_pair
-        lines.append(f"  whole job, {fastest.name}+{partner} over {fastest.name} alone: predicted {predicted_gain:+.2%}, "
-                     f"trained {trained_gain:+.2%}")
+        lines.append(
+            f"  whole job, {fastest.name}+{partner} over {fastest.name} alone: predicted {predicted_gain:+.2%}, "
+            f"trained {trained_gain:+.2%}"
+        )
     fastest_error = errors.get(fastest.name)
     others = [(window_steps[name], error, None if fastest_error is None else error - fastest_error)
               for name, error in errors.items() if name != fastest.name and name in window_steps]
@@ -156,7 +166,9 @@ def _pair_gains(configurations: list[dict[str, Any]], table, fastest: str) -> li
         return []
     predicted = {frozenset(row["devices"]): row["time_s"] for row in table.to_dict("records")}
     pairs = sorted((k for k in trained if len(k) == 2 and fastest in k), key=sorted)
-    return [(next(iter(k - alone)), trained[k] / trained[alone] - 1, predicted[k] / predicted[alone] - 1) for k in pairs]
+    return [
+        (next(iter(k - alone)), trained[k] / trained[alone] - 1, predicted[k] / predicted[alone] - 1) for k in pairs
+    ]
 
 
 def _gain_errors(label: str, reports: list[dict[str, Any]]) -> str | None:
@@ -169,7 +181,12 @@ def _gain_errors(label: str, reports: list[dict[str, Any]]) -> str | None:
     rest = [100 * (g[2] - g[1]) for r in reports for g in r["pair_gains"] if g is not r["best_pair"]]
 
     def median(values: list[float]) -> str:
-        return f"{statistics.median(values):+.2f} ({sum(v > 0 for v in values)} of {len(values)} above 0)" if values else "-"
+        return (
+            f"{statistics.median(values):+.2f} ({sum(v > 0 for v in values)} of {len(values)} above 0)"
+            if values
+            else "-"
+        )
+
     return (f"every partner of the fastest alone, {label} (whole job), predicted minus trained gain in points: "
             f"median {median(every)}; the best partner {median(best)}, the others {median(rest)}")
 
@@ -207,11 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     spreads = [s for r in reports for s in r["spreads"]]
     if spreads:
         window, revised, rounds = (math.sqrt(statistics.fmean(s[k] ** 2 for s in spreads)) for k in range(3))
-        print(f"solo rates against the mean of the device's trainings alone, RMS log-error over {len(spreads)} devices: "
-              f"the window {window:.3f}, revised by the sets {revised:.3f} "
-              f"({sum(abs(s[0]) >= 0.10 for s in spreads)} and {sum(abs(s[1]) >= 0.10 for s in spreads)} off by 10 % or more); "
-              f"one training against the other {rounds:.3f} (the run-to-run spread: {rounds / math.sqrt(2):.3f} per run, "
-              f"so one run read as well as a training would be {rounds / math.sqrt(2) * math.sqrt(1.5):.3f} off the mean of two)")
+        print(
+            f"solo rates against the mean of the device's trainings alone, RMS log-error over {len(spreads)} devices: "
+            f"the window {window:.3f}, revised by the sets {revised:.3f} "
+            f"({sum(abs(s[0]) >= 0.10 for s in spreads)} and {sum(abs(s[1]) >= 0.10 for s in spreads)} off by 10 % or "
+            "more); "
+            f"one training against the other {rounds:.3f} (the run-to-run spread: {rounds / math.sqrt(2):.3f} per run, "
+            f"so one run read as well as a training would be {rounds / math.sqrt(2) * math.sqrt(1.5):.3f} off the "
+            "mean of two)"
+        )
     others = [o for r in reports for o in r["others"]]
     for short in (True, False):
         chosen = [o for o in others if (o[0] <= FEW_WINDOW_STEPS) == short]
@@ -225,11 +246,15 @@ def main(argv: list[str] | None = None) -> int:
                  f"{sum(e < 0 for e in relative)} of {len(relative)} below" if relative else ""))
     paired = [p for r in reports for p in r["paired"]]
     if paired:  # the same runs read over fewer steps: no recording-to-recording difference in it
-        print(f"other devices' solo windows of more than {FEW_WINDOW_STEPS} steps with their completions recorded, "
-              f"over {len(paired)}: the first {SHORT_WINDOW_STEPS} steps read a median "
-              f"{statistics.median(p[0] for p in paired):+.1%} against their trainings ({sum(p[0] < 0 for p in paired)} below), "
-              f"the whole first window {statistics.median(p[1] for p in paired):+.1%} ({sum(p[1] < 0 for p in paired)} below); "
-              f"the first steps slower than the whole window in {sum(p[0] < p[1] for p in paired)}")
+        print(
+            f"other devices' solo windows of more than {FEW_WINDOW_STEPS} steps with their completions recorded, "
+            f"over {len(paired)}: the first {SHORT_WINDOW_STEPS} steps read a median "
+            f"{statistics.median(p[0] for p in paired):+.1%} against their trainings ({sum(p[0] < 0 for p in paired)} "
+            "below), "
+            f"the whole first window {statistics.median(p[1] for p in paired):+.1%} ({sum(p[1] < 0 for p in paired)} "
+            "below); "
+            f"the first steps slower than the whole window in {sum(p[0] < p[1] for p in paired)}"
+        )
     members = [m for r in reports for m in r["set_members"]]
     for short in (True, False):
         chosen = [m[1] for m in members if (m[0] <= FEW_WINDOW_STEPS) == short]

@@ -1,4 +1,4 @@
-"""Each worker's step stamps over long runs, and how its step time moves after the start.
+r"""Each worker's step stamps over long runs, and how its step time moves after the start.
 
 A diagnostic for what pre-training's short windows see: it trains the given configurations one
 after another on a fresh emulated fleet (every run continues one checkpoint, as pre-training's
@@ -7,7 +7,7 @@ mean step duration in consecutive bins from the moment the run trains freely (th
 barrier's rounds, else the run's start), beside its rate over the whole run. Power recorders can
 stream from every agent while it runs (``--power-hz``), as pre-training's and training's do.
 
-    .venv/bin/python -m experiments.investigations.step_stamps --devices server,jetson-tx2,phone \\
+    .venv/bin/python -m experiments.investigations.step_stamps --devices server,jetson-tx2,phone \
         --runs server+jetson-tx2+phone,server+jetson-tx2 --steps 900 [--no-barrier] [--power-hz 2]
 
 With ``--pretrain-total-steps N`` it runs a job's pre-training instead (as `hetcluster profile
@@ -181,7 +181,9 @@ def report(label: str, result: Any, barrier: bool, bin_s: float) -> None:
     print(f"{label} ({'barrier' if barrier else 'no barrier'}): {result.steps_applied} steps in {result.time_s:.1f} s, "
           f"free from {start_s - result.start_wall_s:.1f} s; mean step duration per {bin_s:g} s bin (ms):")
     for worker in sorted(rates, key=lambda w: -rates[w]):
-        cells = " ".join("  -" if d is None else f"{1000 * d:3.0f}" for d in duration_bins(result, worker, start_s, bin_s))
+        cells = " ".join(
+            "  -" if d is None else f"{1000 * d:3.0f}" for d in duration_bins(result, worker, start_s, bin_s)
+        )
         print(f"  {worker:<14} {rates[worker]:6.2f} steps/s | {cells}")
 
 
@@ -196,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--warmup-steps", type=int, default=3, help="a set's barrier rounds (one step per member each)")
     parser.add_argument("--no-barrier", action="store_true", help="start sets as trainings do, without the barrier")
-    parser.add_argument("--power-hz", type=float, default=0.0, help="stream power from every agent at this rate (0: none)")
+    parser.add_argument(
+        "--power-hz", type=float, default=0.0, help="stream power from every agent at this rate (0: none)"
+    )
     parser.add_argument("--shared-servers", action="store_true",
                         help="launch the TF servers of every device the runs name once; each run is a new "
                              "client naming its devices' servers (as pre-training runs), not a fresh launch")

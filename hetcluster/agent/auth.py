@@ -73,14 +73,18 @@ class AuthInterceptor(grpc.ServerInterceptor):
         return None
 
 
-def _guard(handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext], str | None], method: str) -> grpc.RpcMethodHandler:
+def _guard(
+    handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext], str | None], method: str
+) -> grpc.RpcMethodHandler:
     """Wrap whichever behaviour the handler has so the check runs first, with the context."""
 
     def refuse(context: grpc.ServicerContext) -> None:
         reason = check(context)
         if reason is not None:
             log.warning("rejected %s from %s: %s", method, context.peer(), reason)
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{reason}; present the agent's token and/or client certificate")
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, f"{reason}; present the agent's token and/or client certificate"
+            )
 
     if handler.unary_unary:
         inner_uu = handler.unary_unary
@@ -89,7 +93,9 @@ def _guard(handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext
             refuse(context)
             return inner_uu(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(unary_unary, handler.request_deserializer, handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, handler.request_deserializer, handler.response_serializer
+        )
     if handler.unary_stream:
         inner_us = handler.unary_stream
 
@@ -97,7 +103,9 @@ def _guard(handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext
             refuse(context)
             yield from inner_us(request, context)
 
-        return grpc.unary_stream_rpc_method_handler(unary_stream, handler.request_deserializer, handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, handler.request_deserializer, handler.response_serializer
+        )
     if handler.stream_unary:
         inner_su = handler.stream_unary
 
@@ -105,14 +113,18 @@ def _guard(handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext
             refuse(context)
             return inner_su(requests, context)
 
-        return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary, handler.request_deserializer, handler.response_serializer
+        )
     inner_ss = handler.stream_stream
 
     def stream_stream(requests: Any, context: grpc.ServicerContext) -> Any:
         refuse(context)
         yield from inner_ss(requests, context)
 
-    return grpc.stream_stream_rpc_method_handler(stream_stream, handler.request_deserializer, handler.response_serializer)
+    return grpc.stream_stream_rpc_method_handler(
+        stream_stream, handler.request_deserializer, handler.response_serializer
+    )
 
 
 def server_credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
@@ -122,7 +134,9 @@ def server_credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
     key = read_secret(auth.key_file, "TLS key file")
     cert = read_secret(auth.cert_file, "TLS certificate file")
     client_ca = read_secret(auth.client_ca_file, "client CA file") if auth.client_ca_file else None
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 def server_interceptor(auth: AuthConfig) -> AuthInterceptor:

@@ -24,9 +24,11 @@ from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
 log = logging.getLogger(__name__)
 
 _HINTS = {
-    grpc.StatusCode.UNAVAILABLE: "is the agent running at {address}? With mTLS, also check the client certificate is signed by the agent's client CA.",
+    grpc.StatusCode.UNAVAILABLE: "is the agent running at {address}? With mTLS, also check the client certificate is "
+                                 "signed by the agent's client CA.",
     grpc.StatusCode.UNAUTHENTICATED: "check the credentials files (token, CA, client certificate) for {address}.",
-    grpc.StatusCode.DEADLINE_EXCEEDED: "the agent at {address} did not answer in time; check the network or raise the timeout.",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "the agent at {address} did not answer in time; check the network or raise the "
+                                       "timeout.",
     grpc.StatusCode.INVALID_ARGUMENT: "fix the request as the message says.",
     grpc.StatusCode.NOT_FOUND: "list tasks with task_status() and use one of their ids.",
 }
@@ -58,7 +60,9 @@ class AgentClient:
             options.append(("grpc.ssl_target_name_override", server_name))
         self._tls = ca_file is not None or cert_file is not None
         if self._tls:
-            self._channel = grpc.secure_channel(address, channel_credentials(ca_file, cert_file, key_file), options=options)
+            self._channel = grpc.secure_channel(
+                address, channel_credentials(ca_file, cert_file, key_file), options=options
+            )
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
@@ -74,7 +78,9 @@ class AgentClient:
         details = str(details or "").rstrip(".")
         if "To fix:" in details:  # the agent's own error already says how
             hint = None
-        result = AgentError(f"{what} on agent {self.address} failed: {code.name if code else 'error'}: {details}.", hint=hint)
+        result = AgentError(
+            f"{what} on agent {self.address} failed: {code.name if code else 'error'}: {details}.", hint=hint
+        )
         result.status_code = code  # type: ignore[attr-defined]
         return result
 
@@ -95,7 +101,9 @@ class AgentClient:
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     def device_info(self) -> DeviceInfo:
-        return DeviceInfo.from_proto(self._unary(self._stub.GetDeviceInfo, agent_pb2.GetDeviceInfoRequest(), "GetDeviceInfo"))
+        return DeviceInfo.from_proto(
+            self._unary(self._stub.GetDeviceInfo, agent_pb2.GetDeviceInfoRequest(), "GetDeviceInfo")
+        )
 
     def stream_power(self, rate_hz: float = 10.0, duration_s: float = 0.0, max_samples: int = 0) -> "PowerStream":
         """Samples as they arrive; ``cancel()`` (or ``close()``) ends the stream early."""
@@ -120,7 +128,9 @@ class AgentClient:
             lease_s=lease_s,
             open_plane=open_plane,
         )
-        return TaskInfo.from_proto(self._unary(self._stub.StartTask, request, f"StartTask {job_name}:{task_index}").task)
+        return TaskInfo.from_proto(
+            self._unary(self._stub.StartTask, request, f"StartTask {job_name}:{task_index}").task
+        )
 
     def renew_task_leases(self, task_ids: list[str], lease_s: float = 0.0) -> list[str]:
         """Extend the leases of ``task_ids``; returns those the agent no longer runs."""
@@ -129,7 +139,9 @@ class AgentClient:
 
     def stop_task(self, task_id: str, grace_s: float = 5.0) -> TaskInfo:
         request = agent_pb2.StopTaskRequest(task_id=task_id, grace_s=grace_s)
-        reply = self._unary(self._stub.StopTask, request, f"StopTask {task_id}", timeout_s=self.timeout_s + grace_s + 10.0)
+        reply = self._unary(
+            self._stub.StopTask, request, f"StopTask {task_id}", timeout_s=self.timeout_s + grace_s + 10.0
+        )
         return TaskInfo.from_proto(reply.task)
 
     def task_status(self, task_id: str = "") -> list[TaskInfo]:

@@ -197,7 +197,9 @@ class AgentConfig:
         )
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], base_dir: Path | None = None, source_path: Path | None = None) -> "AgentConfig":
+    def from_mapping(
+        cls, data: Mapping[str, Any], base_dir: Path | None = None, source_path: Path | None = None
+    ) -> "AgentConfig":
         """Validate a parsed TOML document; ``base_dir`` anchors relative paths."""
         base = base_dir or Path.cwd()
         _reject_unknown(data.keys(), _TABLES, "top-level table")
@@ -265,8 +267,11 @@ class AgentConfig:
             if not isinstance(procs, list) or not all(isinstance(p, str) and p.strip() for p in procs):
                 raise ConfigError(f"emulation.task_cgroup_procs must be a list of paths, got {procs!r}.",
                                   hint='e.g. task_cgroup_procs = ["/sys/fs/cgroup/hetcluster/demo/rpi4/cgroup.procs"].')
-            emulation = EmulationConfig(compute_share=float(share), cgroup_dir=_path(emu, "cgroup_dir", "emulation", base),
-                                        task_cgroup_procs=tuple(_resolve(p, base) for p in procs))
+            emulation = EmulationConfig(
+                compute_share=float(share),
+                cgroup_dir=_path(emu, "cgroup_dir", "emulation", base),
+                task_cgroup_procs=tuple(_resolve(p, base) for p in procs),
+            )
 
         config = cls(
             name=name.strip(),
@@ -292,7 +297,9 @@ def load_config(path: Path | str) -> AgentConfig:
     try:
         text = config_path.read_text(encoding="utf-8")
     except OSError as error:
-        raise ConfigError(f"cannot read agent config {config_path}: {error.strerror}.", hint="check the --config path.") from None
+        raise ConfigError(
+            f"cannot read agent config {config_path}: {error.strerror}.", hint="check the --config path."
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

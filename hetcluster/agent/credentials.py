@@ -15,8 +15,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetcluster.fileio import write_text_atomic
 from hetcluster.errors import CredentialsError
+from hetcluster.fileio import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ def generate_credentials(
         raise CredentialsError(f"certificate lifetime must be positive, got {days} days.", hint="pass --days 365.")
     host_list = [h.strip() for h in hosts if h.strip()]
     if not host_list:
-        raise CredentialsError("no host names for the server certificate.", hint="pass --host with the agent's address.")
+        raise CredentialsError(
+            "no host names for the server certificate.", hint="pass --host with the agent's address."
+        )
     out = Path(out_dir)
     paths = CredentialPaths(
         ca_cert=out / "ca.crt",
@@ -70,11 +72,16 @@ def generate_credentials(
     if not overwrite:
         existing = [str(p) for p in vars(paths).values() if p.exists()]
         if existing:
-            raise CredentialsError(f"credentials already exist: {', '.join(existing)}.", hint="pick another --out folder, or pass --force to overwrite them.")
+            raise CredentialsError(
+                f"credentials already exist: {', '.join(existing)}.",
+                hint="pick another --out folder, or pass --force to overwrite them.",
+            )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise CredentialsError(f"cannot create {out}: {error.strerror}.", hint="choose a writable --out folder.") from None
+        raise CredentialsError(
+            f"cannot create {out}: {error.strerror}.", hint="choose a writable --out folder."
+        ) from None
 
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=days)
@@ -83,7 +90,12 @@ def generate_credentials(
         return ec.generate_private_key(ec.SECP256R1())
 
     def name(common_name: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hetcluster"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        return x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hetcluster"),
+                x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            ]
+        )
 
     ca_key = new_key()
     ca_name = name(f"hetcluster CA {secrets.token_hex(4)}")
@@ -101,7 +113,9 @@ def generate_credentials(
         .sign(ca_key, hashes.SHA256())
     )
 
-    def leaf(common_name: str, usages: list[x509.ObjectIdentifier], sans: list[x509.GeneralName]) -> tuple[object, object]:
+    def leaf(
+        common_name: str, usages: list[x509.ObjectIdentifier], sans: list[x509.GeneralName]
+    ) -> tuple[object, object]:
         key = new_key()
         builder = (
             x509.CertificateBuilder()
@@ -153,7 +167,9 @@ def generate_credentials(
         for path, text in contents.items():
             write_text_atomic(path, text, mode=SECRET_MODE)
     except OSError as error:
-        raise CredentialsError(f"cannot write credentials under {out}: {error.strerror}.", hint="choose a writable --out folder.") from None
+        raise CredentialsError(
+            f"cannot write credentials under {out}: {error.strerror}.", hint="choose a writable --out folder."
+        ) from None
     log.info("wrote credentials for hosts %s under %s (valid %d days)", ", ".join(host_list), out, days)
     return paths
 

@@ -114,7 +114,9 @@ def _probe(what: str, probe: Callable[[], list[Any]], kind: type[T]) -> list[T]:
     return result
 
 
-def collect_device_info(config: AgentConfig, active_power_source: str, root: Path = Path("/"), probe_hardware: bool = True) -> DeviceInfo:
+def collect_device_info(
+    config: AgentConfig, active_power_source: str, root: Path = Path("/"), probe_hardware: bool = True
+) -> DeviceInfo:
     """Gather the device facts; ``probe_hardware=False`` skips NVML and the power-source probe."""
     accelerators = _accelerators() if probe_hardware else []
     return DeviceInfo(

@@ -58,7 +58,9 @@ def stream_power(request: agent_pb2.StreamPowerRequest, state: AgentState, ended
         raise InvalidRequest(f"rate_hz {request.rate_hz!r} is outside [{MIN_RATE_HZ:g}, {MAX_RATE_HZ:g}].",
                              hint="ask for 1 to 100 Hz (0 = 10 Hz).")
     if not (math.isfinite(request.duration_s) and request.duration_s >= 0):
-        raise InvalidRequest(f"duration_s {request.duration_s!r} must be >= 0.", hint="use 0 to stream until cancelled.")
+        raise InvalidRequest(
+            f"duration_s {request.duration_s!r} must be >= 0.", hint="use 0 to stream until cancelled."
+        )
     if not state.streams.acquire(caller):
         raise TooManyStreams(f"this agent already serves {state.streams.total} power streams "
                              f"(at most {state.streams.per_caller} per caller).",
@@ -113,22 +115,33 @@ def reserve_port(request: agent_pb2.ReservePortRequest, state: AgentState, calle
 def validate_cluster_spec(job_name: str, task_index: int, spec: dict[str, list[str]]) -> None:
     """The checks StartTask makes before anything is started."""
     if job_name not in JOB_NAMES:
-        raise InvalidRequest(f"job_name {job_name!r} is not one of {', '.join(JOB_NAMES)}.", hint="agents run workers and parameter servers only.")
+        raise InvalidRequest(
+            f"job_name {job_name!r} is not one of {', '.join(JOB_NAMES)}.",
+            hint="agents run workers and parameter servers only.",
+        )
     if not spec:
-        raise InvalidRequest("cluster_spec is empty.", hint='send job -> addresses, e.g. {"worker": ["10.0.0.5:2222"]}.')
+        raise InvalidRequest(
+            "cluster_spec is empty.", hint='send job -> addresses, e.g. {"worker": ["10.0.0.5:2222"]}.'
+        )
     for job, addresses in spec.items():
         if not JOB_NAME_RE.match(job):
             raise InvalidRequest(f"cluster_spec job name {job[:70]!r} is not 1-64 of [a-z0-9_-].",
                                  hint='use TensorFlow job names such as "worker", "ps", "chief".')
         if not addresses:
-            raise InvalidRequest(f"cluster_spec job {job!r} has no addresses.", hint="give every job at least one host:port.")
+            raise InvalidRequest(
+                f"cluster_spec job {job!r} has no addresses.", hint="give every job at least one host:port."
+            )
         for address in addresses:
             try:
-                split_host_port(address, what=f"cluster_spec[{job}] address", port_zero_hint="use ReservePort to get a real port.")
+                split_host_port(
+                    address, what=f"cluster_spec[{job}] address", port_zero_hint="use ReservePort to get a real port."
+                )
             except ConfigError as error:
                 raise InvalidRequest(error.message, hint=error.hint) from None
     if job_name not in spec:
-        raise InvalidRequest(f"cluster_spec has no job {job_name!r}.", hint=f"add the {job_name} addresses to the spec.")
+        raise InvalidRequest(
+            f"cluster_spec has no job {job_name!r}.", hint=f"add the {job_name} addresses to the spec."
+        )
     if task_index >= len(spec[job_name]):
         raise InvalidRequest(
             f"task_index {task_index} is out of range for job {job_name!r} with {len(spec[job_name])} task(s).",
@@ -191,7 +204,9 @@ def stop_task(request: agent_pb2.StopTaskRequest, state: AgentState) -> TaskInfo
         raise InvalidRequest("task_id is empty.", hint="pass the id StartTask returned.")
     grace_s = request.grace_s or DEFAULT_GRACE_S
     if not (math.isfinite(grace_s) and 0 < grace_s <= MAX_GRACE_S):
-        raise InvalidRequest(f"grace_s {request.grace_s!r} is outside (0, {MAX_GRACE_S:g}].", hint="use 0 for the default of 5 s.")
+        raise InvalidRequest(
+            f"grace_s {request.grace_s!r} is outside (0, {MAX_GRACE_S:g}].", hint="use 0 for the default of 5 s."
+        )
     return state.tasks.stop(request.task_id, grace_s)
 
 

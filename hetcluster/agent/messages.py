@@ -68,7 +68,9 @@ class DeviceInfo:
             cpu_count=self.cpu_count,
             memory_bytes=self.memory_bytes,
             accelerators=[
-                agent_pb2.Accelerator(vendor=a.vendor, name=a.name, index=a.index, uuid=a.uuid, memory_bytes=a.memory_bytes)
+                agent_pb2.Accelerator(
+                    vendor=a.vendor, name=a.name, index=a.index, uuid=a.uuid, memory_bytes=a.memory_bytes
+                )
                 for a in self.accelerators
             ],
             power_sources=[
@@ -97,7 +99,9 @@ class DeviceInfo:
             accelerators=tuple(
                 AcceleratorInfo(a.vendor, a.name, a.index, a.uuid, a.memory_bytes) for a in msg.accelerators
             ),
-            power_sources=tuple(PowerSourceStatus(s.name, s.measured, s.available, s.detail) for s in msg.power_sources),
+            power_sources=tuple(
+                PowerSourceStatus(s.name, s.measured, s.available, s.detail) for s in msg.power_sources
+            ),
             active_power_source=msg.active_power_source,
             agent_version=msg.agent_version,
             tensorflow_version=msg.tensorflow_version,

@@ -41,9 +41,10 @@ class AgentPlane:
     def _make(self) -> PlaneHost:
         auth = self._config.auth
         if auth.cert_file is None or auth.key_file is None or auth.client_ca_file is None:
-            raise PlaneUnavailable("this agent has no mutual-TLS credentials, and TF traffic travels only over mutual TLS.",
-                                   hint="set [auth] cert_file, key_file and client_ca_file (hetcluster agent credentials "
-                                        "makes them).")
+            raise PlaneUnavailable(
+                "this agent has no mutual-TLS credentials, and TF traffic travels only over mutual TLS.",
+                hint="set [auth] cert_file, key_file and client_ca_file (hetcluster agent credentials makes them).",
+            )
         isolation = "none" if self._config.tf_plane.isolation == "none" else "netns"
         if isolation == "netns":
             problem = isolation_problem()
@@ -51,10 +52,12 @@ class AgentPlane:
                 raise PlaneUnavailable(f"this device cannot give its TF servers a network namespace ({problem}), "
                                        "so their ports would be open to the network.", hint=HOW_TO_ALLOW)
         else:
-            log.warning("[tf_plane] isolation = \"none\": this agent's TF servers listen on the network unauthenticated")
+            log.warning('[tf_plane] isolation = "none": this agent\'s TF servers listen on the network unauthenticated')
         server_ssl = tls.server_context(auth.cert_file, auth.key_file, [auth.client_ca_file])
         client_ssl = tls.client_context(auth.cert_file, auth.key_file, [auth.client_ca_file])
-        return PlaneHost(self._config.name, isolation=isolation, server_ssl=server_ssl, client_ssl=lambda _address: client_ssl)
+        return PlaneHost(
+            self._config.name, isolation=isolation, server_ssl=server_ssl, client_ssl=lambda _address: client_ssl
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -49,8 +49,10 @@ class PortReservations:
         with self._lock:
             self._expire_locked()
             if sum(r.caller == caller for r in self._held.values()) >= MAX_PER_CALLER:
-                raise TooManyReservations(f"{caller or 'this caller'} already holds {MAX_PER_CALLER} port reservations.",
-                                          hint="start tasks on the ports you hold, or wait for them to expire.")
+                raise TooManyReservations(
+                    f"{caller or 'this caller'} already holds {MAX_PER_CALLER} port reservations.",
+                    hint="start tasks on the ports you hold, or wait for them to expire.",
+                )
         family = socket.AF_INET6 if ":" in self._bind_host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

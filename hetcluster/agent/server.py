@@ -20,12 +20,12 @@ from grpc_reflection.v1alpha import reflection
 
 from hetcluster.agent import auth
 from hetcluster.agent.config import AgentConfig, join_host_port, split_host_port
-from hetcluster.fileio import write_text_atomic
 from hetcluster.agent.deviceinfo import collect_device_info
 from hetcluster.agent.notify import Notifier
 from hetcluster.agent.servicer import AgentServicer
 from hetcluster.agent.state import AgentState
 from hetcluster.errors import AgentError
+from hetcluster.fileio import write_text_atomic
 from hetcluster.power.base import PowerSource
 from hetcluster.proto.v1 import agent_pb2_grpc
 
@@ -80,7 +80,9 @@ class AgentServer:
         try:
             if credentials is None:
                 if config.listen_host not in ("127.0.0.1", "localhost", "::1"):
-                    log.warning("agent %s serves without TLS on %s: the token travels in clear text", config.name, config.listen)
+                    log.warning(
+                        "agent %s serves without TLS on %s: the token travels in clear text", config.name, config.listen
+                    )
                 self.port = self._server.add_insecure_port(config.listen)
             else:
                 self.port = self._server.add_secure_port(config.listen, credentials)
@@ -91,7 +93,10 @@ class AgentServer:
             reason = "the address could not be bound"
         if not self.port:
             self.state.close()
-            raise AgentError(f"cannot listen on {config.listen}: {reason}.", hint="pick a free port or another address in agent.listen.")
+            raise AgentError(
+                f"cannot listen on {config.listen}: {reason}.",
+                hint="pick a free port or another address in agent.listen.",
+            )
         self._stopped = threading.Event()
 
     @property
@@ -148,15 +153,19 @@ def _check_port_free(listen: str) -> None:
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
-        raise AgentError(f"cannot listen on {listen}: {error.strerror}.", hint="use an address of this host in agent.listen.") from None
+        raise AgentError(
+            f"cannot listen on {listen}: {error.strerror}.", hint="use an address of this host in agent.listen."
+        ) from None
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as error:
-            raise AgentError(f"cannot listen on {listen}: {error.strerror} (another agent?).",
-                             hint="pick a free port or another address in agent.listen (or stop the other process).") from None
+            raise AgentError(
+                f"cannot listen on {listen}: {error.strerror} (another agent?).",
+                hint="pick a free port or another address in agent.listen (or stop the other process).",
+            ) from None
 
 
 def serve(config: AgentConfig, power_source: PowerSource | None = None) -> None:

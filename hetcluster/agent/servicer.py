@@ -13,9 +13,9 @@ import grpc
 
 from hetcluster.agent import handlers
 from hetcluster.agent.messages import sample_to_proto
-from hetcluster.agent.state import AgentState
 from hetcluster.agent.plane import PlaneUnavailable
 from hetcluster.agent.ports import TooManyReservations
+from hetcluster.agent.state import AgentState
 from hetcluster.agent.tasks import TaskNotFound
 from hetcluster.errors import HetclusterError, PowerSourceError, TaskError
 from hetcluster.proto.v1 import agent_pb2, agent_pb2_grpc
@@ -53,10 +53,14 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         except Exception as error:  # noqa: BLE001 — every error becomes a status code
             _abort(context, error, method)
 
-    def GetDeviceInfo(self, request: agent_pb2.GetDeviceInfoRequest, context: grpc.ServicerContext) -> agent_pb2.GetDeviceInfoResponse:
+    def GetDeviceInfo(
+        self, request: agent_pb2.GetDeviceInfoRequest, context: grpc.ServicerContext
+    ) -> agent_pb2.GetDeviceInfoResponse:
         return self._call("GetDeviceInfo", context, lambda: handlers.get_device_info(request, self._state).to_proto())
 
-    def StreamPower(self, request: agent_pb2.StreamPowerRequest, context: grpc.ServicerContext) -> Iterator[agent_pb2.StreamPowerResponse]:
+    def StreamPower(
+        self, request: agent_pb2.StreamPowerRequest, context: grpc.ServicerContext
+    ) -> Iterator[agent_pb2.StreamPowerResponse]:
         ended = threading.Event()
         context.add_callback(ended.set)   # cancelled, deadline passed, or the client went away
         samples = handlers.stream_power(request, self._state, ended, caller_host(context))
@@ -69,24 +73,43 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 _abort(context, error, "StreamPower")
             yield sample_to_proto(sample)
 
-    def ReservePort(self, request: agent_pb2.ReservePortRequest, context: grpc.ServicerContext) -> agent_pb2.ReservePortResponse:
+    def ReservePort(
+        self, request: agent_pb2.ReservePortRequest, context: grpc.ServicerContext
+    ) -> agent_pb2.ReservePortResponse:
         return self._call("ReservePort", context, lambda: agent_pb2.ReservePortResponse(
             address=handlers.reserve_port(request, self._state, caller_host(context))))
 
-    def StartTask(self, request: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.StartTaskResponse:
-        return self._call("StartTask", context, lambda: agent_pb2.StartTaskResponse(task=handlers.start_task(request, self._state).to_proto()))
+    def StartTask(
+        self, request: agent_pb2.StartTaskRequest, context: grpc.ServicerContext
+    ) -> agent_pb2.StartTaskResponse:
+        return self._call(
+            "StartTask",
+            context,
+            lambda: agent_pb2.StartTaskResponse(task=handlers.start_task(request, self._state).to_proto()),
+        )
 
-    def RenewTaskLeases(self, request: agent_pb2.RenewTaskLeasesRequest, context: grpc.ServicerContext) -> agent_pb2.RenewTaskLeasesResponse:
+    def RenewTaskLeases(
+        self, request: agent_pb2.RenewTaskLeasesRequest, context: grpc.ServicerContext
+    ) -> agent_pb2.RenewTaskLeasesResponse:
         return self._call("RenewTaskLeases", context, lambda: agent_pb2.RenewTaskLeasesResponse(
             gone_task_ids=handlers.renew_task_leases(request, self._state)))
 
     def StopTask(self, request: agent_pb2.StopTaskRequest, context: grpc.ServicerContext) -> agent_pb2.StopTaskResponse:
-        return self._call("StopTask", context, lambda: agent_pb2.StopTaskResponse(task=handlers.stop_task(request, self._state).to_proto()))
-
-    def GetTaskStatus(self, request: agent_pb2.GetTaskStatusRequest, context: grpc.ServicerContext) -> agent_pb2.GetTaskStatusResponse:
         return self._call(
-            "GetTaskStatus", context,
-            lambda: agent_pb2.GetTaskStatusResponse(tasks=[t.to_proto() for t in handlers.get_task_status(request, self._state)]),
+            "StopTask",
+            context,
+            lambda: agent_pb2.StopTaskResponse(task=handlers.stop_task(request, self._state).to_proto()),
+        )
+
+    def GetTaskStatus(
+        self, request: agent_pb2.GetTaskStatusRequest, context: grpc.ServicerContext
+    ) -> agent_pb2.GetTaskStatusResponse:
+        return self._call(
+            "GetTaskStatus",
+            context,
+            lambda: agent_pb2.GetTaskStatusResponse(
+                tasks=[t.to_proto() for t in handlers.get_task_status(request, self._state)]
+            ),
         )
 
 

@@ -26,13 +26,17 @@ log = logging.getLogger(__name__)
 
 
 class AgentState:
-    def __init__(self, config: AgentConfig, power_source: PowerSource, device_info: DeviceInfo, state_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: AgentConfig, power_source: PowerSource, device_info: DeviceInfo, state_dir: Path | None = None
+    ) -> None:
         self.config = config
         self.power_source = power_source
         self.device_info = device_info
         # without a configured state dir the agent works in a temporary one, removed on close
         self._temporary_state_dir = not (state_dir or config.state_dir)
-        self.state_dir = state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
+        self.state_dir = (
+            state_dir or config.state_dir or Path(tempfile.mkdtemp(prefix=f"hetcluster-agent-{_slug(config.name)}-"))
+        )
         # An emulated device's TF server gets as many TF threads as cores it is granted: a 0.15-core
         # device running two busy threads inside its quota would thrash more than a real slow device.
         threads = math.ceil(config.emulation.compute_share) if config.emulation is not None else 0

@@ -99,7 +99,10 @@ class TaskSupervisor:
         with self._lock:
             existing = self._tasks.get(task_id)
             if existing is not None and existing.process.poll() is None:
-                raise TaskError(f"task {task_id!r} is already running (pid {existing.process.pid}).", hint="stop it first or use another task_id.")
+                raise TaskError(
+                    f"task {task_id!r} is already running (pid {existing.process.pid}).",
+                    hint="stop it first or use another task_id.",
+                )
             self._state_dir.mkdir(parents=True, exist_ok=True)
             log_path = self._state_dir / f"{_safe_name(task_id)}.log"
             address = cluster_spec[job_name][task_index]
@@ -123,12 +126,17 @@ class TaskSupervisor:
                         process = subprocess.Popen(command, **popen)  # type: ignore[call-overload]
                     else:
                         own = plane.add_task(address, f"{job_name}:{task_index}", ports[address], public_socket)
-                        child = plane.spawn(task_id, command, plane.routes(cluster_spec, address, ports), task=own, **popen)
+                        child = plane.spawn(
+                            task_id, command, plane.routes(cluster_spec, address, ports), task=own, **popen
+                        )
                         process = child.process
             except OSError as error:
                 if plane is not None:
                     plane.remove_task(address)
-                raise TaskError(f"cannot start the TF server for {job_name}:{task_index}: {error}.", hint=f"check that {self._python} runs.") from None
+                raise TaskError(
+                    f"cannot start the TF server for {job_name}:{task_index}: {error}.",
+                    hint=f"check that {self._python} runs.",
+                ) from None
             lease_s = min(lease_s if lease_s > 0 else DEFAULT_LEASE_S, MAX_LEASE_S)
             task = _Task(task_id, job_name, task_index, address, process, log_path, time.time(), time.monotonic(),
                          listen_port=ports[address] if plane is not None else _port_of(address), lease_s=lease_s,
@@ -136,8 +144,17 @@ class TaskSupervisor:
             self._tasks[task_id] = task
             if plane is not None:
                 self._plane = plane
-        log.info("started task %s (%s:%d at %s%s) pid %d, lease %.0f s, log %s", task_id, job_name, task_index, task.address,
-                 ", its own namespace" if plane is not None else ", open plane", process.pid, lease_s, log_path)
+        log.info(
+            "started task %s (%s:%d at %s%s) pid %d, lease %.0f s, log %s",
+            task_id,
+            job_name,
+            task_index,
+            task.address,
+            ", its own namespace" if plane is not None else ", open plane",
+            process.pid,
+            lease_s,
+            log_path,
+        )
         return self._info(task)
 
     def renew(self, task_ids: Sequence[str], lease_s: float = 0.0) -> list[str]:
@@ -162,7 +179,9 @@ class TaskSupervisor:
             now = time.monotonic()
             for task in tasks:
                 if task.process.poll() is None and now > task.lease_deadline_s:
-                    log.warning("task %s: its lease lapsed (no renewal for %.0f s); stopping it", task.task_id, task.lease_s)
+                    log.warning(
+                        "task %s: its lease lapsed (no renewal for %.0f s); stopping it", task.task_id, task.lease_s
+                    )
                     try:
                         self.stop(task.task_id, grace_s=2.0)
                     except TaskError as error:
@@ -218,7 +237,9 @@ class TaskSupervisor:
         with self._lock:
             task = self._tasks.get(task_id)
         if task is None:
-            raise TaskNotFound(f"no task {task_id!r} on this agent.", hint="list tasks with GetTaskStatus and use one of their ids.")
+            raise TaskNotFound(
+                f"no task {task_id!r} on this agent.", hint="list tasks with GetTaskStatus and use one of their ids."
+            )
         return task
 
     def _info(self, task: _Task) -> TaskInfo:

@@ -31,9 +31,9 @@ def _without_keras() -> None:
     """A server runs the graphs the coordinator traced and builds no model: keep Keras out of it.
 
     ``import tensorflow`` imports Keras's optimizers eagerly (to register them for SavedModel
-    loading, which a server never does) and ignores an ImportError there; with them came tf_keras,
-    pandas and pyarrow: 1.5-2 of the 6-7 CPU seconds a server took to start on a 2-core host, and
-    their memory on a small device. A None entry in sys.modules makes that import fail at once."""
+    loading, which a server never does) and ignores an ImportError there; with them come tf_keras,
+    pandas and pyarrow, a quarter of a server's start (docs/decisions.md#tf-servers-without-keras).
+    A None entry in sys.modules makes that import fail at once."""
     for name in ("tf_keras", "keras"):
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 

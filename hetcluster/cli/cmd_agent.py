@@ -43,7 +43,9 @@ def serve(
 @agent_app.command("credentials")
 def credentials(
     out: Path = typer.Option(..., "--out", help="Folder to write ca.crt, server.crt/key, client.crt/key, token."),
-    host: Optional[List[str]] = typer.Option(None, "--host", help="Name or IP the agent is reached at (repeat); default 127.0.0.1 and localhost."),
+    host: Optional[List[str]] = typer.Option(
+        None, "--host", help="Name or IP the agent is reached at (repeat); default 127.0.0.1 and localhost."
+    ),
     days: int = typer.Option(365, "--days", help="Certificate lifetime in days."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -60,10 +62,14 @@ def credentials(
 def info(
     address: str = typer.Option(..., "--address", "-a", help="host:port of the agent."),
     token_file: Optional[Path] = typer.Option(None, "--token-file", help="Bearer token file."),
-    ca_file: Optional[Path] = typer.Option(None, "--ca-file", help="CA that signed the agent's certificate (enables TLS)."),
+    ca_file: Optional[Path] = typer.Option(
+        None, "--ca-file", help="CA that signed the agent's certificate (enables TLS)."
+    ),
     cert_file: Optional[Path] = typer.Option(None, "--cert-file", help="Client certificate (mTLS)."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="Client key (mTLS)."),
-    server_name: Optional[str] = typer.Option(None, "--server-name", help="Name to check the agent's certificate against."),
+    server_name: Optional[str] = typer.Option(
+        None, "--server-name", help="Name to check the agent's certificate against."
+    ),
     output_format: str = typer.Option("table", "--format", help="table or json."),
     timeout_s: float = typer.Option(10.0, "--timeout-s", help="Per-call timeout."),
 ) -> None:
@@ -72,7 +78,9 @@ def info(
     from hetcluster.errors import ConfigError
 
     if output_format not in ("table", "json"):
-        raise ConfigError(f"--format {output_format!r} is not table or json.", hint="pass --format table or --format json.")
+        raise ConfigError(
+            f"--format {output_format!r} is not table or json.", hint="pass --format table or --format json."
+        )
     with AgentClient(address, token_file=token_file, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
                      server_name=server_name, timeout_s=timeout_s) as client:
         healthy = client.health()
@@ -90,8 +98,9 @@ def info(
 
 
 def _print_table(address: str, healthy: bool, device, sample, tasks) -> None:  # type: ignore[no-untyped-def]
-    from hetcluster.cli.console import make_console
     from rich.table import Table
+
+    from hetcluster.cli.console import make_console
 
     table = Table(title=f"agent {device.device_name} at {address}", show_header=False)
     table.add_column("field", style="bold")
@@ -103,11 +112,20 @@ def _print_table(address: str, healthy: bool, device, sample, tasks) -> None:  #
         ("cpu", f"{device.cpu_model} x{device.cpu_count}"),
         ("memory", f"{device.memory_bytes / 2**30:.1f} GiB"),
         ("device kind", device.device_kind),
-        ("memory budget", f"{device.memory_budget_bytes / 2**30:.2f} GiB" if device.memory_budget_bytes else "no limit"),
-        ("accelerators", ", ".join(f"{a.name} ({a.memory_bytes / 2**30:.0f} GiB)" for a in device.accelerators) or "none"),
+        (
+            "memory budget",
+            f"{device.memory_budget_bytes / 2**30:.2f} GiB" if device.memory_budget_bytes else "no limit",
+        ),
+        (
+            "accelerators",
+            ", ".join(f"{a.name} ({a.memory_bytes / 2**30:.0f} GiB)" for a in device.accelerators) or "none",
+        ),
         ("emulated", f"yes, {device.compute_share:g} core(s)" if device.emulated else "no"),
         ("versions", f"agent {device.agent_version}, TensorFlow {device.tensorflow_version or 'not installed'}"),
-        ("power sources", ", ".join(f"{s.name}{'' if s.available else ' (unavailable)'}" for s in device.power_sources) or "-"),
+        (
+            "power sources",
+            ", ".join(f"{s.name}{'' if s.available else ' (unavailable)'}" for s in device.power_sources) or "-",
+        ),
         ("active source", device.active_power_source),
     ]
     if sample is not None:

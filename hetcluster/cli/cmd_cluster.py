@@ -12,7 +12,9 @@ from typing import Optional
 
 import typer
 
-cluster_app = typer.Typer(help="Start, inspect and stop an emulated fleet of real agents on this machine.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="Start, inspect and stop an emulated fleet of real agents on this machine.", no_args_is_help=True
+)
 
 
 def _gib(value: int) -> str:
@@ -21,19 +23,30 @@ def _gib(value: int) -> str:
 
 @cluster_app.command("up")
 def up(
-    devices: str = typer.Option(",".join(("server", "jetson-xavier", "jetson-nano", "rpi4", "phone")), "--devices",
-                                help="Comma-separated catalog profiles, one agent each; rpi4*3 (or rpi4 three "
-                                     "times) is three identical devices rpi4-1..3."),
+    devices: str = typer.Option(
+        ",".join(("server", "jetson-xavier", "jetson-nano", "rpi4", "phone")),
+        "--devices",
+        help="Comma-separated catalog profiles, one agent each; rpi4*3 (or rpi4 three "
+        "times) is three identical devices rpi4-1..3.",
+    ),
     out: Path = typer.Option(Path("cluster.toml"), "--out", help="Inventory file to write."),
     catalog: Optional[Path] = typer.Option(None, "--catalog", help="TOML file adding or overriding device profiles."),
     network: str = typer.Option("loopback", "--network", help="loopback, or shaped (root: netns + veth + tc)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where the cluster's state lives [$HETCLUSTER_STATE_DIR or ./.hetcluster]."),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Where the cluster's state lives [$HETCLUSTER_STATE_DIR or ./.hetcluster]."
+    ),
     name: str = typer.Option("emulated", "--name", help="Cluster name (cgroup and namespace names)."),
-    slowdown: str = typer.Option("auto", "--slowdown", help="auto (cgroup if writable, else duty cycle), cgroup or dutycycle."),
+    slowdown: str = typer.Option(
+        "auto", "--slowdown", help="auto (cgroup if writable, else duty cycle), cgroup or dutycycle."
+    ),
     timeout_s: float = typer.Option(120.0, "--timeout-s", help="How long to wait for every agent to be healthy."),
-    dev_allow_open_plane: bool = typer.Option(False, "--dev-allow-open-plane", hidden=True,
-                                              help="Developer switch: agents accept a request for an open TF plane "
-                                                   "(tests and benchmarks compare against it)."),
+    dev_allow_open_plane: bool = typer.Option(
+        False,
+        "--dev-allow-open-plane",
+        hidden=True,
+        help="Developer switch: agents accept a request for an open TF plane "
+        "(tests and benchmarks compare against it).",
+    ),
 ) -> None:
     """Start one agent per device, slowed to its compute share, and write the inventory."""
     from hetcluster.emulation.catalog import load_catalog
@@ -43,7 +56,9 @@ def up(
     profiles = load_catalog(catalog).select(names)
     inventory = cluster_up(profiles, out, name=name, network=network, state_dir=state_dir, slowdown=slowdown,
                            health_timeout_s=timeout_s, allow_open_plane=dev_allow_open_plane)
-    typer.echo(f"cluster {inventory.name!r} up: {len(inventory.devices)} devices ({inventory.network}); inventory {out}")
+    typer.echo(
+        f"cluster {inventory.name!r} up: {len(inventory.devices)} devices ({inventory.network}); inventory {out}"
+    )
     for device in inventory.devices:
         typer.echo(f"  {device.name:<16} {device.address}")
 
@@ -62,7 +77,9 @@ def status(
     from hetcluster.inventory import load_inventory
 
     if output_format not in ("table", "json"):
-        raise ConfigError(f"--format {output_format!r} is not table or json.", hint="pass --format table or --format json.")
+        raise ConfigError(
+            f"--format {output_format!r} is not table or json.", hint="pass --format table or --format json."
+        )
     if inventory_path is None:
         state = load_state(Path(state_dir or default_state_dir()))
         if state is None:
@@ -76,8 +93,9 @@ def status(
                                "devices": [row.to_dict() for row in rows]}, indent=2))
     else:
         from rich import box
-        from hetcluster.cli.console import make_console
         from rich.table import Table
+
+        from hetcluster.cli.console import make_console
 
         table = Table(title=f"cluster {inventory.name} ({inventory.network})", box=box.SIMPLE_HEAD)
         for column in ("device", "address", "health", "power", "source", "share", "memory"):

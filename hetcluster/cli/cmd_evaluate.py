@@ -10,8 +10,8 @@ chose. `mape_training_phase` adds the errors with pre-training taken out of both
 `--repeats R` trains every configuration R times, in R rounds over all configurations (so a slow
 drift of the host spreads over all of them rather than landing on one), every other round in the
 reverse order (A B C, C B A, …: a drift that is linear over two rounds then weighs every
-configuration's mean alike; on a 2-core VM the same configuration measured minutes apart differed
-by up to 30 %), each run from its own fresh copy of the pre-training checkpoint; a configuration is
+configuration's mean alike; a shared host drifts over minutes), each run from its own fresh copy
+of the pre-training checkpoint; a configuration is
 then measured by its mean and each objective says whether the choice is within the ground truth's
 own noise (evaluation/scoring.py).
 """
@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
 from hetcluster.cli.console import make_console
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
+    from hetcluster.planner.choose import Plan
+    from hetcluster.profiling.profile import Profile
+    from hetcluster.training.spec import Training
 
 OVERHEAD_OBJECTIVE = "edp"
 
@@ -68,13 +74,23 @@ def evaluate_command(
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
-    workdir: Path = typer.Option(Path("hetcluster-eval"), "--workdir", help="Where the profile and each configuration's checkpoints go."),
+    workdir: Path = typer.Option(
+        Path("hetcluster-eval"), "--workdir", help="Where the profile and each configuration's checkpoints go."
+    ),
     profile: Optional[Path] = opt.PROFILE,
     device_kind: Optional[str] = opt.DEVICE_KIND,
-    objectives: str = typer.Option("time,power,energy,edp", "--objectives", help="Comma-separated objectives to score."),
-    out: Path = typer.Option(Path("evaluation.json"), "--out", help="Result JSON (rewritten after every configuration)."),
-    configs: Optional[str] = typer.Option(None, "--configs", help="Only these configurations, e.g. server+rpi4,server (default: all)."),
-    repeats: int = typer.Option(1, "--repeats", help="Train every configuration this many times; the truth is their mean."),
+    objectives: str = typer.Option(
+        "time,power,energy,edp", "--objectives", help="Comma-separated objectives to score."
+    ),
+    out: Path = typer.Option(
+        Path("evaluation.json"), "--out", help="Result JSON (rewritten after every configuration)."
+    ),
+    configs: Optional[str] = typer.Option(
+        None, "--configs", help="Only these configurations, e.g. server+rpi4,server (default: all)."
+    ),
+    repeats: int = typer.Option(
+        1, "--repeats", help="Train every configuration this many times; the truth is their mean."
+    ),
     round_steps: int = typer.Option(0, "--round-steps", hidden=True),
 ) -> None:
     """Train every configuration from one pre-training checkpoint and score the planner's choices."""
@@ -85,7 +101,9 @@ def evaluate_command(
     console = make_console()
     names = parse_objectives(objectives)
     if repeats < 1:
-        raise ConfigError(f"--repeats {repeats}: a configuration must be trained at least once.", hint="give --repeats 1 or more.")
+        raise ConfigError(
+            f"--repeats {repeats}: a configuration must be trained at least once.", hint="give --repeats 1 or more."
+        )
     from hetcluster.fileio import check_writable
 
     check_writable(out)   # before the trainings, not after the first
@@ -105,8 +123,22 @@ def evaluate_command(
             pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None,
             max_power=None, max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console,
             fleet=fleet, prepared=prepared)
-        evaluation = run_evaluation(fleet, plan, measured_profile, spec, job_training, total_steps, names, wanted, workdir,
-                                    out, console, budgets, round_steps=round_steps, repeats=repeats)
+        evaluation = run_evaluation(
+            fleet,
+            plan,
+            measured_profile,
+            spec,
+            job_training,
+            total_steps,
+            names,
+            wanted,
+            workdir,
+            out,
+            console,
+            budgets,
+            round_steps=round_steps,
+            repeats=repeats,
+        )
     from hetcluster.cli.train_output import evaluation_tables
 
     console.print(evaluation_tables(evaluation))
@@ -120,18 +152,32 @@ def plans_by_objective(table: Any, names: Sequence[str], constraints: Sequence[A
     return {name: choose(table, get_objective(name), constraints) for name in names}
 
 
-def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, training: Any, total_steps: int,
-                   objectives: list[str], wanted: list[tuple[str, ...]] | None, workdir: Path, out: Path,
-                   console: Console, budgets: Any, round_steps: int = 0, repeats: int = 1) -> dict[str, Any]:
+def run_evaluation(
+    fleet: Inventory,
+    plan: Plan,
+    profile: Profile,
+    model_spec: Any,
+    training: Training,
+    total_steps: int,
+    objectives: list[str],
+    wanted: list[tuple[str, ...]] | None,
+    workdir: Path,
+    out: Path,
+    console: Console,
+    budgets: Any,
+    round_steps: int = 0,
+    repeats: int = 1,
+) -> dict[str, Any]:
     """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
     score, write ``out`` as it goes. Each configuration trains under the memory plan of its
     tightest device, as `hetcluster train` would train it (``training_memory`` over ``budgets``, the
     command's cli.pretraining.DeviceBudgets)."""
     from hetcluster.cli.cmd_train import LiveProgress
     from hetcluster.errors import ConfigError
-    from hetcluster.memory.fit import training_memory
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
+    from hetcluster.memory.fit import TrainingMemory, training_memory
+    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices
     from hetcluster.training.report import JobMetrics
     from hetcluster.training.spec import TrainSpec
@@ -143,15 +189,23 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, trainin
     else:
         missing = [w for w in wanted if frozenset(w) not in predicted]
         if missing:
-            raise ConfigError(f"No prediction for {', '.join('+'.join(m) for m in missing)} (not among the plan's configurations).",
-                              hint="name devices that pre-training measured; of a class of identical devices the plan "
-                                   "takes the first k (rpi4-1, then rpi4-2).")
+            raise ConfigError(
+                f"No prediction for {', '.join('+'.join(m) for m in missing)} (not among the plan's configurations).",
+                hint="name devices that pre-training measured; of a class of identical devices the plan "
+                "takes the first k (rpi4-1, then rpi4-2).",
+            )
         configs = [predicted[frozenset(w)] for w in wanted]
     plans = plans_by_objective(plan.table, objectives, plan.constraints)
-    pretrain = {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s, "energy_j": profile.pretrain_energy_j}
+    pretrain = {
+        "steps": profile.pretrain_steps,
+        "time_s": profile.pretrain_time_s,
+        "energy_j": profile.pretrain_energy_j,
+    }
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=training.data, optimizer=training.optimizer,
                      learning_rate=training.learning_rate)
-    memory = {devices: training_memory(model_spec, budgets.of(devices), devices) for devices, _ in configs}
+    # the model's graph is built (TensorFlow) only where some device has a memory budget to plan for
+    memory = {devices: training_memory(model_spec, budgets.of(devices), devices, spec_graph(model_spec))
+              if budgets.of(devices) else TrainingMemory() for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []
     for round_index in range(repeats):
@@ -170,7 +224,9 @@ def run_evaluation(fleet: Any, plan: Any, profile: Any, model_spec: Any, trainin
                                                    on_progress=display.update, round_steps=round_steps,
                                                    log_path=log_path)
             except SegmentInterrupted:
-                console.print(f"[yellow]interrupted[/] during {label}{suffix}: servers stopped; what was measured is in {out}")
+                console.print(
+                    f"[yellow]interrupted[/] during {label}{suffix}: servers stopped; what was measured is in {out}"
+                )
                 raise typer.Exit(130) from None
             if result.error:
                 console.print(f"[red]failed:[/] {label}{suffix}: {result.error} (log: {log_path})")
@@ -189,7 +245,7 @@ def run_log(workdir: Path, label: str, round_index: int) -> Path:
 
 
 def evaluation_dict(results: list[Any], plans: dict[str, Any], pretrain: dict[str, float],
-                    profile: Any) -> dict[str, Any]:
+                    profile: Profile) -> dict[str, Any]:
     """The evaluation's JSON: every configuration, each objective's score (with the plan's near-ties), MAPE,
     pre-training and the profile."""
     from hetcluster.evaluation.scoring import mape, score_objective

@@ -20,14 +20,20 @@ def _mib(value: float) -> str:
 
 
 def memplan(
-    model: Optional[str] = typer.Option(None, "--model", help="Registry model: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Registry model: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn."
+    ),
     model_config: Optional[Path] = MODEL_CONFIG,
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Per-worker batch size."),
     budget: str = typer.Option(..., "--budget", help="Device memory budget: 1GiB, 512MiB, 2GB or bytes."),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="HxWxC (default 224x224x3)."),
     classes: Optional[int] = typer.Option(None, "--classes", min=2, help="Output classes (default 1000)."),
-    device_kind: str = typer.Option("cpu", "--device-kind", help="cpu, unified or discrete-gpu (offload only on discrete-gpu)."),
-    optimizer: str = typer.Option("sgd-momentum", "--optimizer", help="Optimizer whose slots count: sgd, sgd-momentum, adam, ..."),
+    device_kind: str = typer.Option(
+        "cpu", "--device-kind", help="cpu, unified or discrete-gpu (offload only on discrete-gpu)."
+    ),
+    optimizer: str = typer.Option(
+        "sgd-momentum", "--optimizer", help="Optimizer whose slots count: sgd, sgd-momentum, adam, ..."
+    ),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write memory per step of every technique to this PNG."),
     output_format: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
@@ -40,19 +46,23 @@ def memplan(
     if output_format not in ("table", "json"):
         raise ConfigError(f"Unknown format {output_format!r}.", hint="use --format table or --format json.")
     if device_kind not in DEVICE_KINDS:
-        raise ConfigError(f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}.")
+        raise ConfigError(
+            f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}."
+        )
     check_plot(plot)
     budget_bytes = parse_bytes(budget)
     if model is None and model_config is None:
-        raise ConfigError("No model given.", hint="give --model NAME (a registry model) or --model-config FILE (yours).")
+        raise ConfigError(
+            "No model given.", hint="give --model NAME (a registry model) or --model-config FILE (yours)."
+        )
     spec = model_spec(model, input_shape, classes, batch_size, model_config, default_input_shape="224x224x3",
                       default_classes=1000)
     overheads = Overheads(optimizer=optimizer)
 
     from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import spec_graph
 
-    plan = plan_for(spec.name, batch_size, budget_bytes, device_kind, input_shape=spec.input_shape,
-                    classes=spec.classes, overheads=overheads)
+    plan = plan_for(spec_graph(spec), batch_size, budget_bytes, device_kind, overheads=overheads)
     if plot is not None:
         from hetcluster.memory.plot import plot_timelines
 
@@ -66,8 +76,9 @@ def memplan(
 
 
 def _print_table(plan) -> None:  # type: ignore[no-untyped-def]
-    from hetcluster.cli.console import make_console
     from rich.table import Table
+
+    from hetcluster.cli.console import make_console
 
     console = make_console()
     verdict = "[green]fits[/green]" if plan.fits else "[red]does not fit[/red]"

@@ -4,13 +4,16 @@ for the objective under the constraints, and print the plan table (and a Pareto 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
 
 import typer
 from rich.console import Console
 
 from hetcluster.cli import job_options as opt
 from hetcluster.cli.console import make_console
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
 
 
 class PlannedJob(NamedTuple):
@@ -74,7 +77,7 @@ def plan_command(
 
 def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, data, total_steps, pretrain_steps,
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
-              model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Any = None,
+              model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Inventory = None,
               eval_data: Path | None = None, eval_split: float | None = None, optimizer: str = "sgd",
               learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None):
     """Validate every option (the data against the model too), then pre-train or load the

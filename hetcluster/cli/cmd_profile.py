@@ -51,8 +51,15 @@ def profile_command(
     for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)", "memory plan"):
         table.add_column(column, justify="left" if column in ("devices", "memory plan") else "right")
     for device in profile.devices:
-        table.add_row(device.name, f"{device.steps_per_s:.2f} ± {device.steps_per_s_std:.2f}", f"{device.busy_power_w:.1f}",
-                      f"{device.idle_power_w:.1f}", str(device.steps), f"{device.time_s:.1f}", device.memory_plan or "plain")
+        table.add_row(
+            device.name,
+            f"{device.steps_per_s:.2f} ± {device.steps_per_s_std:.2f}",
+            f"{device.busy_power_w:.1f}",
+            f"{device.idle_power_w:.1f}",
+            str(device.steps),
+            f"{device.time_s:.1f}",
+            device.memory_plan or "plain",
+        )
     for run in profile.runs:
         table.add_row("+".join(run.devices), f"{run.steps_per_s:.2f}", f"{run.power_w:.1f}", "", str(run.steps),
                       f"{run.time_s:.1f}", run.memory_plan or "plain")

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -21,11 +21,32 @@ from hetcluster.cli import job_options as opt
 from hetcluster.cli.console import make_console
 from hetcluster.cli.signals import sigterm_as_interrupt
 
-CHECKPOINT_EVERY = typer.Option(0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end).")
-EXPORT = typer.Option(None, "--export", help="Where the trained model goes (.keras; the weights beside it as .weights.h5) [WORKDIR/model.keras].")
-PLOT_LOSS = typer.Option(None, "--plot-loss", help="Draw the training loss over the job's steps here (a format matplotlib writes, by the suffix).")
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
+    from hetcluster.models.spec import ModelSpec
+    from hetcluster.planner.choose import Plan
+    from hetcluster.profiling.profile import Profile
+    from hetcluster.training.coordinator import JobLedger
+    from hetcluster.training.launch import LaunchedCluster
+    from hetcluster.training.report import TrainReport
+
+CHECKPOINT_EVERY = typer.Option(
+    0, "--checkpoint-every", help="Write a checkpoint every this many steps (0: only at the end)."
+)
+EXPORT = typer.Option(
+    None,
+    "--export",
+    help="Where the trained model goes (.keras; the weights beside it as .weights.h5) [WORKDIR/model.keras].",
+)
+PLOT_LOSS = typer.Option(
+    None,
+    "--plot-loss",
+    help="Draw the training loss over the job's steps here (a format matplotlib writes, by the suffix).",
+)
 REPORT = typer.Option(None, "--report", help="Write the report as JSON here (atomically).")
-ALLOW_MISSING = typer.Option(False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing.")
+ALLOW_MISSING = typer.Option(
+    False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing."
+)
 
 
 def train_command(
@@ -56,9 +77,15 @@ def train_command(
     report: Optional[Path] = REPORT,
     export: Optional[Path] = EXPORT,
     plot_loss: Optional[Path] = PLOT_LOSS,
-    resume: bool = typer.Option(False, "--resume", help="Continue the job in --workdir from its latest checkpoint (its plan and options are reused)."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the job in --workdir from its latest checkpoint (its plan and options are reused).",
+    ),
     allow_missing: bool = ALLOW_MISSING,
-    round_steps: int = typer.Option(0, "--round-steps", hidden=True, help="Steps between the engine's joins (0: its default)."),
+    round_steps: int = typer.Option(
+        0, "--round-steps", hidden=True, help="Steps between the engine's joins (0: its default)."
+    ),
 ) -> None:
     """Plan, then train the job on the chosen devices and report predicted against measured."""
     from hetcluster.errors import ConfigError
@@ -71,7 +98,9 @@ def train_command(
         if path is not None:
             check_writable(path)   # before training, not after it
     if export is not None and export.suffix != ".keras":
-        raise ConfigError(f"--export {export}: the model file ends in .keras.", hint=f"use --export {export.with_suffix('.keras')}.")
+        raise ConfigError(
+            f"--export {export}: the model file ends in .keras.", hint=f"use --export {export.with_suffix('.keras')}."
+        )
     opt.check_plot(plot_loss)
     console = make_console()
     workdir = workdir.resolve()
@@ -114,7 +143,7 @@ def train_command(
         console.print(f"loss curve: {plot_loss}")
 
 
-def _report_table(report: Any) -> Any:
+def _report_table(report: TrainReport) -> Any:
     from hetcluster.cli.train_output import report_table
 
     return report_table(report)
@@ -128,7 +157,7 @@ def _missing_error(missing: dict[str, str]) -> Exception:
                       hint="start the agent(s), or pass --allow-missing to plan without them.")
 
 
-def _replan_without(plan: Any, names: list[str]) -> Any:
+def _replan_without(plan: Plan, names: list[str]) -> Any:
     """Choose again from the same predictions with ``names`` excluded (no new pre-training)."""
     from hetcluster.planner import Exclude, choose
 
@@ -137,14 +166,15 @@ def _replan_without(plan: Any, names: list[str]) -> Any:
     return plan if not drop else choose(plan.table, plan.objective, (*plan.constraints, Exclude(drop)))
 
 
-def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, checkpoint_every: int,
+def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: bool, checkpoint_every: int,
              export: Path | None, options: dict[str, Any]) -> Any:
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
     from hetcluster.cli.pretraining import profile_paths
-    from hetcluster.memory.fit import training_memory
     from hetcluster.errors import ConfigError
+    from hetcluster.memory.fit import training_memory
+    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.profile import save_profile
     from hetcluster.training.coordinator import JobLedger, check_agents
     from hetcluster.training.report import JobMetrics
@@ -165,7 +195,7 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     _adopt_checkpoint(profile, checkpoint_dir)
     if not profile_path.exists():
         save_profile(profile, profile_path)
-    memory = training_memory(spec, budgets.of(plan.chosen), plan.chosen)
+    memory = training_memory(spec, budgets.of(plan.chosen), plan.chosen, spec_graph(spec))
     console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=training.data,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,
@@ -183,13 +213,13 @@ def _new_job(fleet: Any, workdir: Path, console: Console, allow_missing: bool, c
     return JobLedger.create(workdir, record)
 
 
-def _plan_rows(plan: Any) -> list[dict[str, Any]]:
+def _plan_rows(plan: Plan) -> list[dict[str, Any]]:
     from hetcluster.cli.plan_output import plan_to_dict
 
     return plan_to_dict(plan, limit=64)["configurations"]
 
 
-def _adopt_checkpoint(profile: Any, checkpoint_dir: Path) -> None:
+def _adopt_checkpoint(profile: Profile, checkpoint_dir: Path) -> None:
     """The job trains on from the pre-training checkpoint in its own workdir (a --profile's is copied)."""
     from hetcluster.training.checkpoints import checkpoint_steps
     from hetcluster.training.coordinator import copy_checkpoint
@@ -201,7 +231,7 @@ def _adopt_checkpoint(profile: Any, checkpoint_dir: Path) -> None:
         copy_checkpoint(profile.checkpoint_path, checkpoint_dir)
 
 
-def _resume_job(fleet: Any, workdir: Path, allow_missing: bool, console: Console) -> Any:
+def _resume_job(fleet: Inventory, workdir: Path, allow_missing: bool, console: Console) -> Any:
     """Load the ledger, stop workers a killed coordinator left behind, check the chosen agents."""
     from hetcluster.training.checkpoints import checkpoint_steps
     from hetcluster.training.coordinator import JobLedger, check_agents, stop_stale_tasks
@@ -218,7 +248,9 @@ def _resume_job(fleet: Any, workdir: Path, allow_missing: bool, console: Console
         kept = [n for n in ledger.data["chosen"] if n not in missing]
         if not kept:
             raise _missing_error(missing)
-        console.print(f"[yellow]warning:[/] continuing without {', '.join(missing)}; the prediction is the original plan's")
+        console.print(
+            f"[yellow]warning:[/] continuing without {', '.join(missing)}; the prediction is the original plan's"
+        )
         ledger.data["chosen"] = kept
         ledger.save()
     steps = checkpoint_steps(ledger.data["train_spec"]["checkpoint_dir"])
@@ -227,8 +259,15 @@ def _resume_job(fleet: Any, workdir: Path, allow_missing: bool, console: Console
     return ledger
 
 
-def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int = 0, allow_missing: bool = False,
-                 resume_hint: str = "") -> None:
+def train_ledger(
+    fleet: Inventory,
+    ledger: JobLedger,
+    console: Console,
+    *,
+    round_steps: int = 0,
+    allow_missing: bool = False,
+    resume_hint: str = "",
+) -> None:
     """Train the ledger's job to its total on its chosen devices; record the segment(s)."""
     from hetcluster.training.checkpoints import checkpoint_steps
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices, segment_record
@@ -242,7 +281,7 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
             return
         display = LiveProgress(console, spec.total_steps, restored, ledger)
 
-        def launched_hook(launched: Any) -> None:
+        def launched_hook(launched: LaunchedCluster) -> None:
             ledger.set_tasks(launched.task_ids)
             if stopper.event.is_set():  # stopped while the servers started: nothing to train
                 raise KeyboardInterrupt
@@ -273,7 +312,7 @@ def train_ledger(fleet: Any, ledger: Any, console: Console, *, round_steps: int 
         return
 
 
-def export_job_model(ledger: Any, console: Console) -> None:
+def export_job_model(ledger: JobLedger, console: Console) -> None:
     """Export the trained model and score it on the held-out data, once per finished job (the ledger
     keeps the result; a job resumed after its end exports again only if that failed)."""
     from hetcluster.models.datasets import DataSource
@@ -295,12 +334,14 @@ def export_job_model(ledger: Any, console: Console) -> None:
     ledger.save()
 
 
-def _stopped(ledger: Any, console: Console, spec: Any, resume_hint: str) -> None:
+def _stopped(ledger: JobLedger, console: Console, spec: ModelSpec, resume_hint: str) -> None:
     from hetcluster.training.checkpoints import checkpoint_steps
 
     ledger.set_tasks({})
-    console.print(f"[yellow]interrupted:[/] servers stopped; checkpoint at step {checkpoint_steps(spec.checkpoint_dir)} "
-                  f"of {spec.total_steps} kept in {spec.checkpoint_dir}. Resume with: {resume_hint}")
+    console.print(
+        f"[yellow]interrupted:[/] servers stopped; checkpoint at step {checkpoint_steps(spec.checkpoint_dir)} "
+        f"of {spec.total_steps} kept in {spec.checkpoint_dir}. Resume with: {resume_hint}"
+    )
     raise typer.Exit(130)
 
 
@@ -331,7 +372,7 @@ class LiveProgress:
     """The rich progress line of a training run (steps, steps/s, power); also keeps the ledger's
     in-progress segment current every few seconds, so a killed coordinator loses little accounting."""
 
-    def __init__(self, console: Console, total_steps: int, restored: int, ledger: Any = None,
+    def __init__(self, console: Console, total_steps: int, restored: int, ledger: JobLedger = None,
                  label: str = "training", record_every_s: float = 5.0) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -367,7 +408,7 @@ class LiveProgress:
                                          "lost_workers": [], "approximate": True}, partial=True)
 
 
-def build_report(ledger: Any) -> Any:
+def build_report(ledger: JobLedger) -> Any:
     """The whole job's report from the ledger: pre-training plus every segment trained."""
     from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
     from hetcluster.training.report import JobMetrics, TrainReport, measured_metrics
@@ -390,23 +431,34 @@ def build_report(ledger: Any) -> Any:
     finished = [s for s in segments if "final_loss" in s]
     exported = (data.get("export") or {}).get("result") or {}
     return TrainReport(
-        objective=data["objective"], chosen=list(data["chosen"]),
+        objective=data["objective"],
+        chosen=list(data["chosen"]),
         predicted=JobMetrics(**data["predicted"]),
         measured=measured_metrics(pre["time_s"], pre["energy_j"], run_time_s, run_energy_j),
-        steps_total=steps_total, steps_per_worker=per_worker, lost_workers=lost,
+        steps_total=steps_total,
+        steps_per_worker=per_worker,
+        lost_workers=lost,
         final_loss=finished[-1]["final_loss"] if finished else None,
-        steps_restored=int(pre["steps"]), steps_applied=steps_total - int(pre["steps"]),
+        steps_restored=int(pre["steps"]),
+        steps_applied=steps_total - int(pre["steps"]),
         steps_unattributed=sum(int(s.get("steps_unattributed", 0)) for s in segments),
         pretrain=dict(pre),
-        run={"time_s": run_time_s, "energy_j": run_energy_j,
-             "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments)},
+        run={
+            "time_s": run_time_s,
+            "energy_j": run_energy_j,
+            "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments),
+        },
         energy_per_device_j=per_device_j,
         stopped=steps_total < int(data["train_spec"]["total_steps"]),
-        checkpoint_path=latest_checkpoint(checkpoint_dir), segments=len(segments),
+        checkpoint_path=latest_checkpoint(checkpoint_dir),
+        segments=len(segments),
         memory_plan=finished[-1].get("memory_plan", "") if finished else "",
-        loss_curve=data.get("pretrain_loss_curve", []) + [window for s in finished for window in s.get("loss_curve", [])],
-        model_path=exported.get("model_path"), weights_path=exported.get("weights_path"),
-        held_out=exported.get("held_out"))
+        loss_curve=data.get("pretrain_loss_curve", [])
+        + [window for s in finished for window in s.get("loss_curve", [])],
+        model_path=exported.get("model_path"),
+        weights_path=exported.get("weights_path"),
+        held_out=exported.get("held_out"),
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -8,21 +8,50 @@ Typer declares options per function, so each command lists them in its signature
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import typer
 
 from hetcluster.errors import ConfigError
 
-INVENTORY = typer.Option(Path("cluster.toml"), "--inventory", "-i", help="Fleet inventory (TOML), e.g. from `hetcluster cluster up`.")
-MODEL = typer.Option(None, "--model", "-m", help="Registry name: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn (default small_cnn).")
-MODEL_CONFIG = typer.Option(None, "--model-config", help="Your own model instead of --model: a tf_keras model.to_json() file (functional, one image input, a Dense logits output; loaded in safe mode, built-in layers only). Its input shape and classes are the config's.")
-INPUT_SHAPE = typer.Option(None, "--input-shape", help="Input shape HxWxC (small shapes let small devices train; default 32x32x3).")
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+    from hetcluster.models.spec import ModelSpec
+
+INVENTORY = typer.Option(
+    Path("cluster.toml"), "--inventory", "-i", help="Fleet inventory (TOML), e.g. from `hetcluster cluster up`."
+)
+MODEL = typer.Option(
+    None,
+    "--model",
+    "-m",
+    help="Registry name: resnet50, mobilenet_v2, vgg16, inception_v3, densenet121, small_cnn (default small_cnn).",
+)
+MODEL_CONFIG = typer.Option(
+    None,
+    "--model-config",
+    help="Your own model instead of --model: a tf_keras model.to_json() file (functional, one image input, a Dense "
+         "logits output; loaded in safe mode, built-in layers only). Its input shape and classes are the config's.",
+)
+INPUT_SHAPE = typer.Option(
+    None, "--input-shape", help="Input shape HxWxC (small shapes let small devices train; default 32x32x3)."
+)
 CLASSES = typer.Option(None, "--classes", help="Number of output classes (default 10).")
 BATCH_SIZE = typer.Option(32, "--batch-size", "-b", help="Per-step batch size.")
-DATA = typer.Option(None, "--data", help="Training data: an image folder, a .npz file or a .tfrecord file (default: synthetic).")
-EVAL_DATA = typer.Option(None, "--eval-data", help="Held-out data (the formats of --data): the trained model's loss and accuracy are measured on it.")
-EVAL_SPLIT = typer.Option(None, "--eval-split", help="Hold this share of --data out of training (0 < F < 1) and measure the trained model on it.")
+DATA = typer.Option(
+    None, "--data", help="Training data: an image folder, a .npz file or a .tfrecord file (default: synthetic)."
+)
+EVAL_DATA = typer.Option(
+    None,
+    "--eval-data",
+    help="Held-out data (the formats of --data): the trained model's loss and accuracy are measured on it.",
+)
+EVAL_SPLIT = typer.Option(
+    None,
+    "--eval-split",
+    help="Hold this share of --data out of training (0 < F < 1) and measure the trained model on it.",
+)
 OPTIMIZER = typer.Option("sgd", "--optimizer", help="sgd (momentum 0.9) or adam.")
 LEARNING_RATE = typer.Option(0.01, "--learning-rate", help="The optimizer's learning rate.")
 TOTAL_STEPS = typer.Option(600, "--total-steps", "-n", help="Steps of the whole job, pre-training included.")
@@ -36,7 +65,11 @@ MAX_POWER = typer.Option(None, "--max-power", help="Constraint: average power at
 MAX_ENERGY = typer.Option(None, "--max-energy", help="Constraint: job energy at most this many joules.")
 REQUIRE = typer.Option(None, "--require", help="Constraint: this device must join (repeatable).")
 EXCLUDE = typer.Option(None, "--exclude", help="Constraint: this device must not join (repeatable).")
-DEVICE_KIND = typer.Option(None, "--device-kind", help="Memory model for every device: cpu, unified or discrete-gpu (default: what each agent reports).")
+DEVICE_KIND = typer.Option(
+    None,
+    "--device-kind",
+    help="Memory model for every device: cpu, unified or discrete-gpu (default: what each agent reports).",
+)
 
 OBJECTIVES = ("time", "power", "energy", "edp")
 
@@ -52,13 +85,18 @@ def model_spec(model: str | None, input_shape: str | None, classes: int | None, 
         return ModelSpec(name=model or "small_cnn", input_shape=parse_input_shape(input_shape or default_input_shape),
                          classes=default_classes if classes is None else classes, batch_size=batch_size)
     if model is not None:
-        raise ConfigError(f"--model {model} and --model-config {model_config} name two models.", hint="give one of them.")
+        raise ConfigError(
+            f"--model {model} and --model-config {model_config} name two models.", hint="give one of them."
+        )
     from hetcluster.models.keras_config import read_keras_config
 
     described = read_keras_config(model_config)
     if input_shape is not None and parse_input_shape(input_shape) != described.input_shape:
-        raise ConfigError(f"--input-shape {input_shape}: the model of {model_config} takes "
-                          f"{format_input_shape(described.input_shape)}.", hint="leave --input-shape out with --model-config.")
+        raise ConfigError(
+            f"--input-shape {input_shape}: the model of {model_config} takes "
+            f"{format_input_shape(described.input_shape)}.",
+            hint="leave --input-shape out with --model-config.",
+        )
     if classes is not None and classes != described.classes:
         raise ConfigError(f"--classes {classes}: the model of {model_config} has {described.classes}.",
                           hint="leave --classes out with --model-config.")
@@ -82,7 +120,9 @@ def data_source(data: Path | None, holdout: float = 0.0, flag: str = "--data"):
     elif data.suffix in (".tfrecord", ".tfrecords"):
         kind = "tfrecord"
     else:
-        raise ConfigError(f"{flag} {data}: cannot tell the format from the name.", hint="use a folder, .npz or .tfrecord.")
+        raise ConfigError(
+            f"{flag} {data}: cannot tell the format from the name.", hint="use a folder, .npz or .tfrecord."
+        )
     try:
         with open(data if data.is_file() else next(iter(data.iterdir()), data), "rb"):
             pass
@@ -92,7 +132,7 @@ def data_source(data: Path | None, holdout: float = 0.0, flag: str = "--data"):
 
 
 def training(data: Path | None, eval_data: Path | None, eval_split: float | None, optimizer: str,
-             learning_rate: float, spec: Any, console: Any = None):
+             learning_rate: float, spec: ModelSpec, console: Console = None):
     """The job's Training (data, held-out data, optimizer), its data checked against the model
     here, before any server starts; the conversions the pipelines will make are printed."""
     from hetcluster.models.data_check import check_job_data
@@ -106,7 +146,9 @@ def training(data: Path | None, eval_data: Path | None, eval_split: float | None
             raise ConfigError("--eval-split holds part of --data out, and no --data was given.",
                               hint="give --data FILE, or --eval-data FILE.")
         if not 0.0 < eval_split < 1.0:
-            raise ConfigError(f"--eval-split {eval_split} is not a share between 0 and 1.", hint="e.g. --eval-split 0.2.")
+            raise ConfigError(
+                f"--eval-split {eval_split} is not a share between 0 and 1.", hint="e.g. --eval-split 0.2."
+            )
     source = data_source(data, holdout=eval_split or 0.0)
     held_out = data_source(eval_data, flag="--eval-data") if eval_data is not None else (
         source.held_out() if eval_split else None)
@@ -156,7 +198,10 @@ def load_fleet(inventory: Path, agents_needed: bool = True):
     from hetcluster.training.plane import check_training_plane
 
     if not inventory.exists():
-        raise ConfigError(f"No inventory at {inventory}.", hint="start a fleet with `hetcluster cluster up --out cluster.toml` or pass --inventory.")
+        raise ConfigError(
+            f"No inventory at {inventory}.",
+            hint="start a fleet with `hetcluster cluster up --out cluster.toml` or pass --inventory.",
+        )
     fleet = load_inventory(inventory, check_credentials=agents_needed)
     if agents_needed:
         check_training_plane(fleet.devices, fleet.tf_plane_isolation)
@@ -171,9 +216,15 @@ def constraints(deadline: float | None, max_power: float | None, max_energy: flo
     for flag, names in (("--require", require), ("--exclude", exclude)):
         unknown = sorted(set(names or ()) - set(known))
         if unknown:
-            raise ConfigError(f"{flag} names unknown device(s): {', '.join(unknown)}.", hint=f"devices are: {', '.join(known)}.")
+            raise ConfigError(
+                f"{flag} names unknown device(s): {', '.join(unknown)}.", hint=f"devices are: {', '.join(known)}."
+            )
     result: list[Any] = []
-    for value, flag, kind in ((deadline, "--deadline", Deadline), (max_power, "--max-power", MaxPower), (max_energy, "--max-energy", MaxEnergy)):
+    for value, flag, kind in (
+        (deadline, "--deadline", Deadline),
+        (max_power, "--max-power", MaxPower),
+        (max_energy, "--max-energy", MaxEnergy),
+    ):
         if value is not None:
             if value <= 0:
                 raise ConfigError(f"{flag} {value} must be positive.", hint=f"give {flag} a positive number.")

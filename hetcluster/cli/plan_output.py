@@ -75,7 +75,9 @@ def near_ties_line(plan) -> str | None:
         return None
     objective, row = plan.objective, plan.chosen_row
     relative = row[objective.std_column] / row[objective.column] if row[objective.column] > 0 else math.nan
-    listed = ", ".join(f"{_devices_label(tie, 40, '+')} {tie['relative_difference']:+.1%}" for _, tie in ties.iterrows())
+    listed = ", ".join(
+        f"{_devices_label(tie, 40, '+')} {tie['relative_difference']:+.1%}" for _, tie in ties.iterrows()
+    )
     return (f"near-tie: within the chosen prediction's ±{relative:.1%} by {objective.name}: {listed} — "
             "pre-training cannot tell these apart from the choice")
 

@@ -11,10 +11,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
+    from hetcluster.models.spec import ModelSpec
+    from hetcluster.profiling.profile import Profile
+    from hetcluster.training.spec import Training
 
 log = logging.getLogger(__name__)
 
@@ -25,23 +31,32 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
     return workdir / "profile.json", workdir / "checkpoints"
 
 
-def run_pretraining_with_display(fleet: Any, spec: Any, training: Any, workdir: Path, *, steps_per_run: int,
-                                 warmup_steps: int, console: Console, budgets: "DeviceBudgets",
-                                 device_names: list[str] | None = None, total_steps: int | None = None) -> Any:
+def run_pretraining_with_display(
+    fleet: Inventory,
+    spec: ModelSpec,
+    training: Training,
+    workdir: Path,
+    *,
+    steps_per_run: int,
+    warmup_steps: int,
+    console: Console,
+    budgets: "DeviceBudgets",
+    device_names: list[str] | None = None,
+    total_steps: int | None = None,
+) -> Any:
     """Pre-train on the fleet with a rich progress display; save the profile atomically. Every run
     trains under the memory plan training would give its devices (``memory.fit.training_memory``), so a
     device that plain TensorFlow does not fit is measured under its plan."""
     from hetcluster.fileio import check_writable
     from hetcluster.memory.fit import TrainingMemory, training_memory
+    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
 
     profile_path, checkpoint_dir = profile_paths(workdir)
     check_writable(profile_path)   # before the runs, not after them
-    if spec.keras_config is not None:  # a user's model, built once here in safe mode (and its memory graph
-        from hetcluster.memory.fit import graph_of  # kept): a config the training processes would refuse fails now
-
-        graph_of(spec.name, 1, spec.input_shape, spec.classes)
+    if spec.keras_config is not None:  # a user's model, built once here in safe mode (its memory graph kept):
+        spec_graph(spec)                # a config the training processes would refuse fails now
     settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names),
                                         optimizer=training.optimizer, learning_rate=training.learning_rate)
@@ -50,7 +65,7 @@ def run_pretraining_with_display(fleet: Any, spec: Any, training: Any, workdir: 
     def memory(names: Any) -> TrainingMemory:  # a device's budget is asked when it first runs: past its health check
         key = frozenset(names)
         if key not in plans:
-            plans[key] = training_memory(spec, budgets.of(names), list(names))
+            plans[key] = training_memory(spec, budgets.of(names), list(names), spec_graph(spec))
         return plans[key]
 
     # the phase's run count is known only once the solo rates have chosen the sets: "7/?" until then
@@ -92,7 +107,7 @@ def run_pretraining_with_display(fleet: Any, spec: Any, training: Any, workdir: 
     return profile
 
 
-def class_copy_lines(profile: Any) -> list[str]:
+def class_copy_lines(profile: Profile) -> list[str]:
     """One line per device measured for its class: which identical devices took its figures."""
     copies: dict[str, list[str]] = {}
     for device in profile.devices:
@@ -102,8 +117,19 @@ def class_copy_lines(profile: Any) -> list[str]:
             for source, names in copies.items()]
 
 
-def obtain_profile(fleet: Any, spec: Any, training: Any, workdir: Path, profile: Path | None, *, steps_per_run: int,
-                   warmup_steps: int, console: Console, budgets: "DeviceBudgets", total_steps: int | None = None) -> Any:
+def obtain_profile(
+    fleet: Inventory,
+    spec: ModelSpec,
+    training: Training,
+    workdir: Path,
+    profile: Path | None,
+    *,
+    steps_per_run: int,
+    warmup_steps: int,
+    console: Console,
+    budgets: "DeviceBudgets",
+    total_steps: int | None = None,
+) -> Any:
     """The profile given with --profile, else a fresh pre-training run."""
     from hetcluster.profiling.profile import load_profile
 
@@ -117,7 +143,7 @@ def obtain_profile(fleet: Any, spec: Any, training: Any, workdir: Path, profile:
                                         total_steps=total_steps)
 
 
-def check_profile_file(path: Path | None, spec: Any, training: Any) -> None:
+def check_profile_file(path: Path | None, spec: ModelSpec, training: Training) -> None:
     """Before any agent is asked: the --profile (if any) measured this job (check_profile_job)."""
     if path is not None:
         from hetcluster.profiling.profile import load_profile
@@ -125,7 +151,7 @@ def check_profile_file(path: Path | None, spec: Any, training: Any) -> None:
         check_profile_job(load_profile(path), spec, path, training)
 
 
-def check_profile_job(profile: Any, spec: Any, path: Path, training: Any = None) -> None:
+def check_profile_job(profile: Profile, spec: ModelSpec, path: Path, training: Training = None) -> None:
     """A ProfileError unless the profile measured this job: its model, input shape, classes and
     batch size (each step's time and power depend on all four; a field the profile lacks passes),
     and its data and optimizer (the checkpoint it leaves trained on them)."""
@@ -137,8 +163,12 @@ def check_profile_job(profile: Any, spec: Any, path: Path, training: Any = None)
                            hint="give the options it was made with, or pre-train again without --profile.")
 
     measured = profile.model
-    fields = (("model", "name", "--model", str), ("input shape", "input_shape", "--input-shape", lambda v: "x".join(map(str, v))),
-              ("classes", "classes", "--classes", str), ("batch size", "batch_size", "--batch-size", str))
+    fields = (
+        ("model", "name", "--model", str),
+        ("input shape", "input_shape", "--input-shape", lambda v: "x".join(map(str, v))),
+        ("classes", "classes", "--classes", str),
+        ("batch size", "batch_size", "--batch-size", str),
+    )
     wrong = [(what, flag, show(measured[key]), show(getattr(spec, key))) for what, key, flag, show in fields
              if measured.get(key) is not None and show(measured[key]) != show(getattr(spec, key))]
     if not wrong:
@@ -153,7 +183,7 @@ def check_profile_job(profile: Any, spec: Any, path: Path, training: Any = None)
                        hint=f"pass {flags}, or pre-train again without --profile.")
 
 
-def _adopt_memory_graph(profile: Any, spec: Any) -> None:
+def _adopt_memory_graph(profile: Profile, spec: ModelSpec) -> None:
     """Plan memory on the layer graph the profile recorded, when it is this job's model (same
     input shape and classes): the planner then needs no TensorFlow to build the model again."""
     from hetcluster.memory.fit import remember_graph
@@ -189,13 +219,13 @@ class DeviceBudgets:
     costs its timeout and a warning once, and its budget stays unknown). Pre-training, the planner's
     inputs and training all take their budgets from the command's one instance."""
 
-    def __init__(self, fleet: Any, device_kind: str | None = None) -> None:
+    def __init__(self, fleet: Inventory, device_kind: str | None = None) -> None:
         self._fleet, self._device_kind = fleet, device_kind
         self._known: dict[str, tuple[int, str]] = {}
         self._asked: set[str] = set()
 
     def of(self, names: Any) -> dict[str, tuple[int, str]]:
-        """name → (budget bytes, device kind) for the named inventory devices whose budget is known."""
+        """Name → (budget bytes, device kind) for the named inventory devices whose budget is known."""
         names = list(dict.fromkeys(names))
         for name in names:
             if name in self._asked or name not in self._fleet.names:
@@ -207,9 +237,12 @@ class DeviceBudgets:
         return {name: self._known[name] for name in names if name in self._known}
 
 
-def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, budgets: DeviceBudgets) -> tuple[Any, Any, Any]:
+def planner_inputs(
+    profile: Profile, fleet: Inventory, spec: ModelSpec, total_steps: int, budgets: DeviceBudgets
+) -> tuple[Any, Any, Any]:
     """(devices, runs, job) for the planner, with each device's memory fit and slowdown filled in."""
     from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.profile import to_planner_inputs
 
     devices, runs, job = to_planner_inputs(profile, total_steps, idle_power_counts=fleet.idle_power_counts)
@@ -220,7 +253,7 @@ def planner_inputs(profile: Any, fleet: Any, spec: Any, total_steps: int, budget
             filled.append(device)
             continue
         budget, kind = known[device.name]
-        plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
+        plan = plan_for(spec_graph(spec), spec.batch_size, budget, kind)
         # the planner's rates are plain TensorFlow's (a run pre-trained under a plan is multiplied
         # back by its slowdown: to_planner_inputs), so the plan's predicted extra step time (a
         # fraction; 0 when the job fits as it is) enters the planner's time estimate here.

@@ -78,7 +78,10 @@ def evaluation_tables(evaluation: dict[str, Any]) -> Any:
         configs.add_column(header, justify="right")
     for row in evaluation["configurations"]:
         p, m = row["predicted"], row["measured"]
-        cells = [f"{p[k]:.4g} / {m[k]:.4g}" if m else f"{p[k]:.4g} / failed" for k in ("time_s", "power_w", "energy_j", "edp_js")]
+        cells = [
+            f"{p[k]:.4g} / {m[k]:.4g}" if m else f"{p[k]:.4g} / failed"
+            for k in ("time_s", "power_w", "energy_j", "edp_js")
+        ]
         configs.add_row("+".join(row["devices"]), *cells)
     scores = Table(title="objectives", box=box.SIMPLE_HEAD)
     for header in ("objective", "chosen", "measured best", "exact", "regret"):

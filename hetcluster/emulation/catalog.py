@@ -102,7 +102,9 @@ def _expand(entry: str) -> list[str]:
     if not star:
         return [entry]
     if not count.strip().isdigit() or int(count) < 1:
-        raise ConfigError(f"--devices entry {entry!r} needs a count of 1 or more after '*'.", hint="write NAME*COUNT, e.g. rpi4*3.")
+        raise ConfigError(
+            f"--devices entry {entry!r} needs a count of 1 or more after '*'.", hint="write NAME*COUNT, e.g. rpi4*3."
+        )
     return [name.strip()] * int(count)
 
 
@@ -156,7 +158,9 @@ def _read_profiles(path: Path) -> dict[str, Any]:
         )
     profiles = data.get("profiles", {})
     if not isinstance(profiles, dict) or not profiles:
-        raise ConfigError(f"catalog {path} has no [profiles.<name>] tables.", hint="see docs/emulation.md for the format.")
+        raise ConfigError(
+            f"catalog {path} has no [profiles.<name>] tables.", hint="see docs/emulation.md for the format."
+        )
     return profiles
 
 
@@ -166,7 +170,9 @@ def _profile(name: str, raw: Any, path: Path, base: DeviceProfile | None) -> Dev
         raise ConfigError(f"{where} is not a table.", hint=f"write it as [profiles.{name}].")
     unknown = sorted(set(raw) - _PROFILE_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {', '.join(unknown)}.", hint=f"allowed: {', '.join(sorted(_PROFILE_KEYS))}.")
+        raise ConfigError(
+            f"{where}: unknown key {', '.join(unknown)}.", hint=f"allowed: {', '.join(sorted(_PROFILE_KEYS))}."
+        )
     values: dict[str, Any] = {}
     for key in _NUMBER_FIELDS:
         if key not in raw:
@@ -180,7 +186,9 @@ def _profile(name: str, raw: Any, path: Path, base: DeviceProfile | None) -> Dev
         raise ConfigError(f"{where}: rationale must be a table of strings.", hint="one line per number.")
     stray = sorted(set(rationale) - set(_NUMBER_FIELDS))
     if stray:
-        raise ConfigError(f"{where}: rationale for unknown field {', '.join(stray)}.", hint=f"fields: {', '.join(_NUMBER_FIELDS)}.")
+        raise ConfigError(
+            f"{where}: rationale for unknown field {', '.join(stray)}.", hint=f"fields: {', '.join(_NUMBER_FIELDS)}."
+        )
     description = raw.get("description", base.description if base else "")
     if not isinstance(description, str):
         raise ConfigError(f"{where}: description must be a string.", hint="quote it.")
@@ -197,7 +205,9 @@ def _profile(name: str, raw: Any, path: Path, base: DeviceProfile | None) -> Dev
     if profile.busy_w < profile.idle_w:
         raise ConfigError(f"{where}: busy_w {profile.busy_w:g} is below idle_w {profile.idle_w:g}.", hint="swap them.")
     if profile.link_bandwidth_mbit_per_s <= 0:
-        raise ConfigError(f"{where}: link_bandwidth_mbit_per_s must be above 0.", hint="e.g. 1000 for Gigabit Ethernet.")
+        raise ConfigError(
+            f"{where}: link_bandwidth_mbit_per_s must be above 0.", hint="e.g. 1000 for Gigabit Ethernet."
+        )
     if profile.memory_budget_bytes <= 0:
         raise ConfigError(f"{where}: memory_budget_bytes must be above 0.", hint="e.g. 4294967296 for 4 GiB.")
     return profile

@@ -83,7 +83,9 @@ class DeviceCgroup:
             key, _, value = line.partition(" ")
             if key == "usage_usec":
                 return int(value) / 1e6
-        raise EmulationError(f"{self.accounting_dir}/cpu.stat has no usage_usec.", hint="is the cpu controller enabled?")
+        raise EmulationError(
+            f"{self.accounting_dir}/cpu.stat has no usage_usec.", hint="is the cpu controller enabled?"
+        )
 
     def to_state(self) -> dict:
         return {
@@ -105,7 +107,7 @@ class DeviceCgroup:
         )
 
     def remove(self, timeout_s: float = 5.0) -> list[Path]:
-        """rmdir every directory made, deepest first; return the device's own dirs left behind.
+        """Rmdir every directory made, deepest first; return the device's own dirs left behind.
 
         Parents (hetcluster/<cluster>) shared with other devices stay until the last one goes;
         call ``remove_dirs`` on them again once every device is removed.
@@ -129,7 +131,7 @@ class DeviceCgroup:
 
 
 def remove_dirs(paths: Iterable[Path], timeout_s: float = 0.0, wait_for: Iterable[Path] = ()) -> list[Path]:
-    """rmdir cgroup directories deepest first (retrying ``wait_for`` ones up to timeout_s); return those left."""
+    """Rmdir cgroup directories deepest first (retrying ``wait_for`` ones up to timeout_s); return those left."""
     patient = set(wait_for)
     left: list[Path] = []
     for directory in sorted(set(paths), key=lambda p: len(p.parts), reverse=True):
@@ -184,7 +186,10 @@ class Cgroups:
                     cpu_dir if self.memory.path == self.cpu.path
                     else self._make(self.memory, self.memory_base, cluster, device, created)
                 )
-                _write(memory_dir / ("memory.limit_in_bytes" if self.memory.version == "v1" else "memory.max"), str(memory_bytes))
+                _write(
+                    memory_dir / ("memory.limit_in_bytes" if self.memory.version == "v1" else "memory.max"),
+                    str(memory_bytes),
+                )
         except EmulationError:
             remove_dirs(created)
             raise
@@ -192,9 +197,16 @@ class Cgroups:
             remove_dirs(created)
             raise EmulationError(
                 f"cannot set up the cgroup of device {device!r}: {error}.",
-                hint="run as root on a machine with writable cgroups, or let the duty-cycle fallback run (see docs/emulation.md).",
+                hint="run as root on a machine with writable cgroups, or let the duty-cycle fallback run (see "
+                     "docs/emulation.md).",
             ) from None
-        log.info("cgroup for %s: quota %d/%d us, memory %s", device, quota_us, PERIOD_US, memory_bytes if memory_dir else "unlimited")
+        log.info(
+            "cgroup for %s: quota %d/%d us, memory %s",
+            device,
+            quota_us,
+            PERIOD_US,
+            memory_bytes if memory_dir else "unlimited",
+        )
         return DeviceCgroup(self.cpu.version, cpu_dir, accounting_dir, memory_dir, created)
 
     def _make(self, mount: Mount, base: Path, cluster: str, device: str, created: list[Path]) -> Path:
@@ -215,7 +227,7 @@ class Cgroups:
 
 
 def parse_mounts(text: str, root: Path) -> list[Mount]:
-    """cgroup mounts from /proc/self/mounts text; v2 controllers come from cgroup.controllers."""
+    """Cgroup mounts from /proc/self/mounts text; v2 controllers come from cgroup.controllers."""
     mounts: list[Mount] = []
     for line in text.splitlines():
         fields = line.split()
@@ -335,7 +347,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _rmdir(path: Path, timeout_s: float) -> bool:
-    """rmdir a cgroup, retrying while exiting processes still hold it; True when gone."""
+    """Rmdir a cgroup, retrying while exiting processes still hold it; True when gone."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -351,4 +363,13 @@ def _rmdir(path: Path, timeout_s: float) -> bool:
             time.sleep(0.05)
 
 
-__all__ = ["Cgroups", "DeviceCgroup", "Mount", "PERIOD_US", "detect_cgroups", "own_cgroup_paths", "parse_mounts", "remove_dirs"]
+__all__ = [
+    "Cgroups",
+    "DeviceCgroup",
+    "Mount",
+    "PERIOD_US",
+    "detect_cgroups",
+    "own_cgroup_paths",
+    "parse_mounts",
+    "remove_dirs",
+]

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -32,6 +32,9 @@ from hetcluster.emulation.state import ClusterState, DeviceState, ProcessRecord,
 from hetcluster.errors import EmulationError
 from hetcluster.inventory import DeviceEntry, Inventory, write_inventory
 from hetcluster.tfenv import tf_env
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.agent.credentials import CredentialPaths
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +67,22 @@ def cluster_up(
     """Start the fleet and write its inventory; on any failure stop everything it started.
     ``allow_open_plane`` is the developer switch of the agents' [tf_plane] allow_open."""
     if not _NAME_RE.match(name):
-        raise EmulationError(f"cluster name {name!r} is not 1-24 lower-case letters, digits or '-'.", hint="e.g. --name emulated.")
+        raise EmulationError(
+            f"cluster name {name!r} is not 1-24 lower-case letters, digits or '-'.", hint="e.g. --name emulated."
+        )
     if network not in NETWORK_MODES:
-        raise EmulationError(f"--network {network!r} is not one of {', '.join(NETWORK_MODES)}.", hint="use loopback or shaped.")
+        raise EmulationError(
+            f"--network {network!r} is not one of {', '.join(NETWORK_MODES)}.", hint="use loopback or shaped."
+        )
     if slowdown not in SLOWDOWNS:
         raise EmulationError(f"--slowdown {slowdown!r} is not one of {', '.join(SLOWDOWNS)}.", hint="use auto.")
     if not profiles:
         raise EmulationError("no devices to start.", hint="pass --devices server,rpi4,...")
     for profile in profiles:
         if not _NAME_RE.match(profile.name):
-            raise EmulationError(f"device name {profile.name!r} is not lower-case letters, digits or '-'.", hint="rename the profile.")
+            raise EmulationError(
+                f"device name {profile.name!r} is not lower-case letters, digits or '-'.", hint="rename the profile."
+            )
     check_fleet_fits(profiles)
     if network == "shaped":
         from hetcluster.emulation.netns import require_tools
@@ -113,7 +122,9 @@ def _choose_slowdown(slowdown: str, root: Path) -> Cgroups | None:
         return None
     cgroups = detect_cgroups(root)
     if cgroups is None and slowdown == "cgroup":
-        raise EmulationError("no writable cgroup with a cpu controller here.", hint="run as root, or pass --slowdown auto.")
+        raise EmulationError(
+            "no writable cgroup with a cpu controller here.", hint="run as root, or pass --slowdown auto."
+        )
     return cgroups
 
 
@@ -202,8 +213,14 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
     return inventory
 
 
-def _write_agent_config(device: DeviceState, profile: DeviceProfile, host: str, creds: Any, group: DeviceCgroup | None,
-                        allow_open_plane: bool = False) -> None:
+def _write_agent_config(
+    device: DeviceState,
+    profile: DeviceProfile,
+    host: str,
+    creds: CredentialPaths,
+    group: DeviceCgroup | None,
+    allow_open_plane: bool = False,
+) -> None:
     from hetcluster.agent.config import write_config
 
     device_dir = Path(device.config_path).parent
@@ -253,12 +270,16 @@ def _launch_agent(device: DeviceState, joined: DeviceCgroup | None, prefix: list
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                        cwd=str(Path(device.config_path).parent), env=env, start_new_session=True)
     except OSError as error:
-        raise EmulationError(f"cannot start the agent of {device.name!r}: {error}.", hint=f"see {device.log_path}.") from None
+        raise EmulationError(
+            f"cannot start the agent of {device.name!r}: {error}.", hint=f"see {device.log_path}."
+        ) from None
     log.info("started agent %s as pid %d", device.name, process.pid)
     return process
 
 
-def _wait_healthy(launched: list[tuple[DeviceState, subprocess.Popen]], creds: Any, timeout_s: float) -> None:
+def _wait_healthy(
+    launched: list[tuple[DeviceState, subprocess.Popen]], creds: CredentialPaths, timeout_s: float
+) -> None:
     """Poll each agent's port file, then its health check, until all answer or time runs out."""
     from hetcluster.agent.client import AgentClient
 
@@ -268,7 +289,8 @@ def _wait_healthy(launched: list[tuple[DeviceState, subprocess.Popen]], creds: A
         for name, (device, process) in list(pending.items()):
             if process.poll() is not None:
                 raise EmulationError(
-                    f"the agent of {name!r} exited with status {process.returncode} while starting: {_tail(device.log_path)}",
+                    f"the agent of {name!r} exited with status {process.returncode} while starting: "
+                    f"{_tail(device.log_path)}",
                     hint=f"see {device.log_path}.",
                 )
             port_file = Path(device.config_path).parent / "agent.addr"
@@ -307,8 +329,10 @@ def cluster_down(state_dir: Path | None = None, grace_s: float = 10.0) -> DownRe
     directory = Path(state_dir or default_state_dir()).resolve()
     state = load_state(directory)
     if state is None:
-        raise EmulationError(f"no emulated cluster is up (no state in {directory}).",
-                             hint="pass --state-dir if it was started elsewhere, or start one with `hetcluster cluster up`.")
+        raise EmulationError(
+            f"no emulated cluster is up (no state in {directory}).",
+            hint="pass --state-dir if it was started elsewhere, or start one with `hetcluster cluster up`.",
+        )
     return _teardown(state, grace_s)
 
 

@@ -88,8 +88,10 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run an ip/tc command; failures become EmulationError with the command's own message."""
     result = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
     if check and result.returncode != 0:
-        raise EmulationError(f"`{' '.join(args)}` failed: {result.stderr.strip() or result.returncode}.",
-                             hint="check that iproute2 works here (root, kernel modules veth, bridge, sch_netem, sch_tbf).")
+        raise EmulationError(
+            f"`{' '.join(args)}` failed: {result.stderr.strip() or result.returncode}.",
+            hint="check that iproute2 works here (root, kernel modules veth, bridge, sch_netem, sch_tbf).",
+        )
     return result
 
 
@@ -130,7 +132,19 @@ def create_network(cluster: str, state_key: str, devices: list[tuple[str, float,
                               str(hosts[index + 1]), mbit, rtt_ms)
             run("ip", "netns", "add", link.netns)
             network.links.append(link)
-            run("ip", "link", "add", link.veth_host, "type", "veth", "peer", "name", link.veth_device, "netns", link.netns)
+            run(
+                "ip",
+                "link",
+                "add",
+                link.veth_host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                link.veth_device,
+                "netns",
+                link.netns,
+            )
             run("ip", "link", "set", link.veth_host, "master", bridge)
             run("ip", "link", "set", link.veth_host, "up")
             run("ip", "-n", link.netns, "link", "set", "lo", "up")

@@ -42,7 +42,9 @@ class DeviceSlowdown:
         self.share = share
         self.cgroups: Cgroups | None = None if kind == "dutycycle" else detect_cgroups(cgroup_root)
         if kind == "cgroup" and self.cgroups is None:
-            raise EmulationError("no writable cgroup with a cpu controller here.", hint="use kind='auto' or 'dutycycle'.")
+            raise EmulationError(
+                "no writable cgroup with a cpu controller here.", hint="use kind='auto' or 'dutycycle'."
+            )
         self.group: DeviceCgroup | None = (
             self.cgroups.create(cluster, device, share, memory_bytes) if self.cgroups is not None else None
         )

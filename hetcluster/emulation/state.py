@@ -95,8 +95,10 @@ def load_state(state_dir: Path) -> ClusterState | None:
     except (OSError, ValueError) as error:
         from hetcluster.errors import EmulationError
 
-        raise EmulationError(f"cluster state {path} is unreadable: {error}.",
-                             hint="remove it after checking no emulated agent is still running (`ps aux | grep hetcluster`).") from None
+        raise EmulationError(
+            f"cluster state {path} is unreadable: {error}.",
+            hint="remove it after checking no emulated agent is still running (`ps aux | grep hetcluster`).",
+        ) from None
     devices = []
     for raw in data.pop("devices", []):
         for key in ("agent", "supervisor"):
@@ -106,4 +108,12 @@ def load_state(state_dir: Path) -> ClusterState | None:
     return ClusterState(devices=devices, **data)
 
 
-__all__ = ["ClusterState", "DeviceState", "ProcessRecord", "STATE_DIR_ENV", "STATE_FILE", "default_state_dir", "load_state"]
+__all__ = [
+    "ClusterState",
+    "DeviceState",
+    "ProcessRecord",
+    "STATE_DIR_ENV",
+    "STATE_FILE",
+    "default_state_dir",
+    "load_state",
+]

@@ -18,13 +18,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from hetcluster.errors import HetclusterError
 from hetcluster.evaluation.scoring import ConfigurationResult
 from hetcluster.training.coordinator import copy_checkpoint
 from hetcluster.training.report import JobMetrics, measured_metrics
 from hetcluster.training.spec import TrainSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +36,11 @@ def configuration_label(devices: Sequence[str]) -> str:
     return "+".join(devices)
 
 
-def measure_configuration(fleet: Any, devices: Sequence[str], predicted: JobMetrics, spec: TrainSpec, *,
+def measure_configuration(fleet: Inventory, devices: Sequence[str], predicted: JobMetrics, spec: TrainSpec, *,
                           pretrain: dict[str, float], pretrain_checkpoint: str | None, workdir: Path,
                           run: Callable[..., Any], warmup_steps: int = 0, **run_options: Any) -> ConfigurationResult:
-    """Copy the pre-training checkpoint (by its path), train the remaining steps on ``devices`` with ``run`` (run_on_devices), measure.
+    """Copy the pre-training checkpoint (by its path), train the remaining steps on ``devices`` with ``run`` "
+    "(run_on_devices), measure.
 
     The run's record keeps, beside its totals, what the planner predicted it from (see
     :func:`worker_timings`, with the pre-training's ``warmup_steps``)."""

@@ -125,7 +125,10 @@ def mape(results: Sequence[ConfigurationResult], pretrain_time_s: float = 0.0,
     for name in METRICS:
         errors = []
         for r in rows:
-            guess, truth = _phase(r.predicted, pretrain_time_s, pretrain_energy_j), _phase(r.measured, pretrain_time_s, pretrain_energy_j)
+            guess, truth = (
+                _phase(r.predicted, pretrain_time_s, pretrain_energy_j),
+                _phase(r.measured, pretrain_time_s, pretrain_energy_j),
+            )
             if getattr(truth, name) > 0:
                 errors.append(abs(getattr(guess, name) - getattr(truth, name)) / getattr(truth, name))
         out[name] = sum(errors) / len(errors) if errors else None

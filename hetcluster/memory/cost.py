@@ -66,7 +66,9 @@ class Overheads:
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZER_SLOTS:
-            raise MemoryPlanError(f"Unknown optimizer {self.optimizer!r}.", hint=f"use one of {sorted(OPTIMIZER_SLOTS)}.")
+            raise MemoryPlanError(
+                f"Unknown optimizer {self.optimizer!r}.", hint=f"use one of {sorted(OPTIMIZER_SLOTS)}."
+            )
 
     def fixed_bytes(self, graph: LayerGraph) -> int:
         trainable = graph.trainable_param_bytes

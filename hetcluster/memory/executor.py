@@ -75,8 +75,10 @@ def _check_replayable(layer: Any) -> None:
     """Random layers other than Dropout would draw new noise when recomputed: refuse them."""
     name = type(layer).__name__
     if name in _UNREPLAYABLE or name.startswith("Random"):
-        raise MemoryPlanError(f"Layer {layer.name!r} ({name}) draws random numbers the recomputation cannot replay.",
-                              hint="use Dropout, or plan with a budget that leaves this layer outside recompute segments.")
+        raise MemoryPlanError(
+            f"Layer {layer.name!r} ({name}) draws random numbers the recomputation cannot replay.",
+            hint="use Dropout, or plan with a budget that leaves this layer outside recompute segments.",
+        )
 
 
 def _check_no_activity_regularizer(layer: Any) -> None:

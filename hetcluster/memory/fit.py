@@ -1,28 +1,23 @@
-"""Memory fit of a model on a device, for the planner's memory-fit column and the CLI.
+"""Memory fit of a model on a device, for the planner's memory-fit column and the CLI (pure).
 
-Importing this module is cheap; a model *name* is turned into a layer graph by building the
-tf_keras model (TensorFlow imported then), once per (name, input shape, classes) per process,
-unless a profile supplied the graph pre-training planned on (``remember_graph``).
-Graphs are extracted at batch 1 and scaled, since activations and FLOPs are linear in the batch.
+Every function takes the model's layer graph; ``memory.model_graph.graph_of`` makes one from a
+model's name (building the tf_keras model: TensorFlow), once per (name, input shape, classes)
+per process, and keeps it here (``remember_graph``), as a profile's record of the graph
+pre-training planned on does. Graphs are kept at batch 1 and scaled, since activations and FLOPs
+are linear in the batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hetcluster.memory.cost import Overheads
 from hetcluster.memory.graph import LayerGraph
 from hetcluster.memory.plan import MemoryPlan, plan_for_budget
 
-DEFAULT_INPUT_SHAPE = (224, 224, 3)
-
-
-def build_keras_model(name: str, input_shape: tuple[int, int, int], classes: int) -> Any:
-    """The registry's model (random weights); imports TensorFlow."""
-    from hetcluster.models.registry import build_model
-
-    return build_model(name, input_shape=input_shape, classes=classes)
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.models.spec import ModelSpec
 
 
 # (name, input shape, classes) → the model's layer graph at batch 1: extracted at most once per
@@ -32,17 +27,6 @@ _GRAPHS: dict[tuple[str, tuple[int, ...], int], LayerGraph] = {}
 
 def _key(name: str, input_shape: Any, classes: int) -> tuple[str, tuple[int, ...], int]:
     return name, tuple(int(s) for s in input_shape), int(classes)
-
-
-def graph_of(name: str, batch_size: int, input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE,
-             classes: int = 1000) -> LayerGraph:
-    """Layer graph of registry model `name` at `batch_size`."""
-    key = _key(name, input_shape, classes)
-    if key not in _GRAPHS:
-        from hetcluster.memory.keras_graph import extract_graph
-
-        _GRAPHS[key] = extract_graph(build_keras_model(*key), batch_size=1)
-    return _GRAPHS[key].scaled(batch_size)
 
 
 def extracted_graph(name: str, input_shape: Any, classes: int) -> LayerGraph | None:
@@ -57,21 +41,18 @@ def remember_graph(name: str, input_shape: Any, classes: int, graph: LayerGraph)
     _GRAPHS[_key(name, input_shape, classes)] = graph
 
 
-def plan_for(model: str | LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
-             input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE, classes: int = 1000,
+def plan_for(graph: LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
              overheads: Overheads | None = None) -> MemoryPlan:
-    graph = model if isinstance(model, LayerGraph) else graph_of(model, batch_size, input_shape, classes)
+    """The best plan of the model of ``graph`` at ``batch_size`` for a budget and device kind."""
     if graph.batch_size != batch_size:
         graph = graph.scaled(batch_size)
     return plan_for_budget(graph, budget_bytes, device_kind, overheads=overheads)
 
 
-def memory_fit(model: str | LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
-               input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE, classes: int = 1000,
+def memory_fit(graph: LayerGraph, batch_size: int, budget_bytes: int, device_kind: str = "cpu", *,
                overheads: Overheads | None = None) -> tuple[bool, int, float]:
     """(fits, predicted peak bytes, predicted slowdown) of the best plan for this device."""
-    plan = plan_for(model, batch_size, budget_bytes, device_kind, input_shape=input_shape, classes=classes,
-                    overheads=overheads)
+    plan = plan_for(graph, batch_size, budget_bytes, device_kind, overheads=overheads)
     return plan.fits, plan.predicted_peak_bytes, plan.predicted_slowdown
 
 
@@ -83,7 +64,7 @@ class TrainingMemory:
     budget_bytes: int = 0
     device_kind: str = "cpu"
     device: str = ""
-    plan: Any = None
+    plan: MemoryPlan | None = None
 
     @property
     def slowdown(self) -> float:
@@ -105,9 +86,11 @@ class TrainingMemory:
                 f"predicted {self.plan.predicted_slowdown:+.1%} step time")
 
 
-def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any) -> TrainingMemory:
+def training_memory(spec: ModelSpec, budgets: dict[str, tuple[int, str]], devices: Sequence[str],
+                    graph: LayerGraph) -> TrainingMemory:
     """The memory plan for training ``devices``: the tightest device's (smallest known budget;
-    ``budgets``: name → (budget bytes, device kind), e.g. cli.pretraining.DeviceBudgets.of).
+    ``budgets``: name → (budget bytes, device kind), e.g. cli.pretraining.DeviceBudgets.of), on
+    ``graph``, the model's layer graph.
 
     One traced step serves every worker under ParameterServerStrategy, so one plan must fit them
     all (docs/memory.md); the planner admitted each device by its own plan, so the tightest one's
@@ -118,7 +101,7 @@ def training_memory(spec: Any, budgets: dict[str, tuple[int, str]], devices: Any
     if not known:
         return TrainingMemory()
     budget, kind, name = min(known)
-    plan = plan_for(spec.name, spec.batch_size, budget, kind, input_shape=spec.input_shape, classes=spec.classes)
+    plan = plan_for(graph, spec.batch_size, budget, kind)
     if plan.technique == "none":
         return TrainingMemory(device=name, plan=plan)
     return TrainingMemory(budget, kind, name, plan)

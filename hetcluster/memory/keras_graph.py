@@ -64,7 +64,9 @@ class FlatModel:
 
 
 def _is_functional(layer: Any) -> bool:
-    return hasattr(layer, "_nodes_by_depth") and hasattr(layer, "_network_nodes") and bool(getattr(layer, "inputs", None))
+    return (
+        hasattr(layer, "_nodes_by_depth") and hasattr(layer, "_network_nodes") and bool(getattr(layer, "inputs", None))
+    )
 
 
 def layer_kind(layer: Any) -> str:
@@ -96,8 +98,10 @@ def flatten_model(model: Any) -> FlatModel:
     flat.output_ids = [flat.resolve(str(id(kt))) for kt in model.outputs]
     names = [op.name for op in flat.ops]
     if len(set(names)) != len(names):
-        raise MemoryPlanError("Two layer calls of the model share a name (a layer is reused).",
-                              hint="the memory scheduler needs each layer called once; give shared layers distinct copies.")
+        raise MemoryPlanError(
+            "Two layer calls of the model share a name (a layer is reused).",
+            hint="the memory scheduler needs each layer called once; give shared layers distinct copies.",
+        )
     return flat
 
 

@@ -66,7 +66,7 @@ def offload_candidates(route: Route) -> list[int]:
                 last_fwd[layer] = t
             elif layer not in firsts:
                 firsts[layer] = t
-    return sorted((l for l in firsts if l in last_fwd and firsts[l] > last_fwd[l] + 1), key=lambda l: last_fwd[l])
+    return sorted((n for n in firsts if n in last_fwd and firsts[n] > last_fwd[n] + 1), key=lambda n: last_fwd[n])
 
 
 def _prefetch_points(graph: LayerGraph, route: Route) -> list[int]:
@@ -112,4 +112,4 @@ def _offloaded_pieces(route: Route, key: TensorKey, first: int, last: int,
 
 def offloaded_transfer_bytes(graph: LayerGraph, offloaded: frozenset[int]) -> int:
     """Bytes moved over the host link per step: each offloaded activation goes out and comes back."""
-    return int(2 * sum(graph.nodes[l].output_bytes for l in offloaded))
+    return int(2 * sum(graph.nodes[n].output_bytes for n in offloaded))

@@ -190,7 +190,9 @@ def plan_for_budget(graph: LayerGraph, budget_bytes: int, device_kind: str = "cp
     else:
         pool = [c for name, c in full.items() if offload_ok or "offload" not in name]
         if offload_ok:
-            pool.append(evaluate("recompute_sqrt+offload", tuple(checkpoints.segments(graph, "sqrt")), offload_all=True))
+            pool.append(
+                evaluate("recompute_sqrt+offload", tuple(checkpoints.segments(graph, "sqrt")), offload_all=True)
+            )
         chosen = min(pool, key=lambda c: (c.peak_bytes, c.slowdown))
     log.debug("memory plan for %s: %s peak %d of budget %d", graph.name, chosen.technique,
               chosen.peak_bytes, budget_bytes)

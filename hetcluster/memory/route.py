@@ -125,33 +125,33 @@ class _Builder:
         """Recompute the layers of `layers` that `targets` depend on, in order."""
         inside = set(layers)
         needed = set(targets) & inside
-        for l in reversed(layers):
-            if l in needed:
-                needed.update(p for p in self.g.input_ids[l] if p in inside)
-        for l in layers:
-            if l in needed:
-                self.forward(l, op="R")
+        for node in reversed(layers):
+            if node in needed:
+                needed.update(p for p in self.g.input_ids[node] if p in inside)
+        for node in layers:
+            if node in needed:
+                self.forward(node, op="R")
 
     def read_by_backward(self, layers: list[int]) -> set[int]:
         out: set[int] = set()
-        for l in layers:
-            needs_in, needs_out = BACKWARD_NEEDS[self.g.nodes[l].kind]
+        for node in layers:
+            needs_in, needs_out = BACKWARD_NEEDS[self.g.nodes[node].kind]
             if needs_in:
-                out.update(self.g.input_ids[l])
+                out.update(self.g.input_ids[node])
             if needs_out:
-                out.add(l)
+                out.add(node)
         return out
 
     def segment_backward(self, layers: list[int], mode: str) -> None:
         if mode == SPEED or len(layers) <= 2:
             self.recompute(self.read_by_backward(layers), layers)
-            for l in reversed(layers):
-                self.backward(l)
+            for node in reversed(layers):
+                self.backward(node)
             return
         half = len(layers) // 2
         first, second = layers[:half], layers[half:]
         second_set = set(second)
-        boundary = {l for l in first if any(c in second_set for c in self.g.consumers[l])}
+        boundary = {node for node in first if any(c in second_set for c in self.g.consumers[node])}
         self.recompute(boundary, first)
         self.segment_backward(second, mode)
         self.segment_backward(first, mode)

@@ -14,11 +14,16 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hetcluster.errors import ConfigError
-from hetcluster.models.datasets import (DataSource, check_labels, folder_files, held_out_mask, read_npz,
-                                        tfrecord_image_is_encoded)
+from hetcluster.models.datasets import (
+    DataSource,
+    check_labels,
+    folder_files,
+    held_out_mask,
+    read_npz,
+    tfrecord_image_is_encoded,
+)
 from hetcluster.models.spec import ModelSpec
 
 CHANNEL_COUNTS = (1, 3, 4)
@@ -135,7 +140,9 @@ def _check_folder(path: Path, spec: ModelSpec, what: str) -> DataSummary:
                 shapes.add((image.height, image.width, 1 if bands in (1, 2) and image.mode in ("L", "LA", "I", "F")
                             else min(bands, 4)))
         except (OSError, UnidentifiedImageError) as error:
-            raise ConfigError(f"{what}: {file} is not a readable image ({error}).", hint="remove or replace it.") from None
+            raise ConfigError(
+                f"{what}: {file} is not a readable image ({error}).", hint="remove or replace it."
+            ) from None
     first = sorted(shapes)[0]
     notes = []
     for shape in sorted(shapes):

@@ -334,7 +334,6 @@ def make_dataset_fn(source: DataSource, spec: ModelSpec) -> Callable[[Any], "tf.
     ParameterServerStrategy). When the context has several input pipelines, file data is sharded
     per pipeline; synthetic data instead gets a different seed per pipeline.
     """
-
     encoded = tfrecord_image_is_encoded(source.path) if source.kind == "tfrecord" else None
 
     def dataset_fn(input_context: Any = None) -> "tf.data.Dataset":

@@ -115,8 +115,10 @@ def _input_shape(body: dict, layers: dict[str, Any]) -> tuple[int, int, int]:
     shape = layer_config.get("batch_input_shape") or layer_config.get("batch_shape")
     if (not isinstance(shape, list) or len(shape) != 4
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape[1:])):
-        raise ConfigError(f"Model config's input {inputs[0]!r} has shape {shape}; a job needs images, (batch, H, W, C).",
-                          hint="build the model on keras.Input(shape=(H, W, C)).")
+        raise ConfigError(
+            f"Model config's input {inputs[0]!r} has shape {shape}; a job needs images, (batch, H, W, C).",
+            hint="build the model on keras.Input(shape=(H, W, C)).",
+        )
     return tuple(int(s) for s in shape[1:])  # type: ignore[return-value]
 
 

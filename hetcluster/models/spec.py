@@ -94,10 +94,17 @@ class ModelSpec:
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         if self.keras_config is not None:
             described = describe_keras_config(self.keras_config)
-            if (self.name, self.input_shape, self.classes) != (described.name, described.input_shape, described.classes):
-                raise ConfigError(f"Model spec {self.name} ({format_input_shape(self.input_shape)}, {self.classes} classes) "
-                                  f"does not match its config: {described.name} ({format_input_shape(described.input_shape)}, "
-                                  f"{described.classes} classes).", hint="build the spec with ModelSpec.from_keras_config.")
+            if (self.name, self.input_shape, self.classes) != (
+                described.name,
+                described.input_shape,
+                described.classes,
+            ):
+                raise ConfigError(
+                    f"Model spec {self.name} ({format_input_shape(self.input_shape)}, {self.classes} classes) "
+                    f"does not match its config: {described.name} ({format_input_shape(described.input_shape)}, "
+                    f"{described.classes} classes).",
+                    hint="build the spec with ModelSpec.from_keras_config.",
+                )
             object.__setattr__(self, "keras_config", described.config_json)
             register_keras_config(described)
         check_model_input(self.name, self.input_shape)

@@ -69,7 +69,7 @@ Target = LocalTask | RemoteTask
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it is installed (its TLS and transports are compiled), else asyncio's own."""
+    """Uvloop where it is installed (its TLS and transports are compiled), else asyncio's own."""
     if os.environ.get("HETCLUSTER_PLANE_LOOP", "") != "asyncio":
         try:
             import uvloop
@@ -300,7 +300,9 @@ class Forwarder:
         self._seen_up.add(task)
         return pipe
 
-    async def _connect_remote(self, task: RemoteTask, header: bytes, timeout_s: float = CONNECT_TIMEOUT_S) -> _Pipe | None:
+    async def _connect_remote(
+        self, task: RemoteTask, header: bytes, timeout_s: float = CONNECT_TIMEOUT_S
+    ) -> _Pipe | None:
         host, _, port = task.address.rpartition(":")
         try:
             _transport, pipe = await asyncio.wait_for(
@@ -362,8 +364,11 @@ class Forwarder:
             sock.setblocking(False)
         except OSError as error:
             sock.close()
-            raise TaskError(f"cannot listen at {LOCAL_HOST}:{port} for {target.name} inside {exposure.link.name}: "
-                            f"{error.strerror}.", hint="another process holds that port (isolation \"none\").") from None
+            raise TaskError(
+                f"cannot listen at {LOCAL_HOST}:{port} for {target.name} inside {exposure.link.name}: "
+                f"{error.strerror}.",
+                hint='another process holds that port (isolation "none").',
+            ) from None
 
         exposure.servers[port] = await self._loop.create_server(
             lambda: _Pipe(self._pipes, lambda pipe: self._outbound(pipe, target)), sock=sock)

@@ -63,7 +63,9 @@ def isolate_network() -> None:
                 with open(f"/proc/self/{name}", "w", encoding="ascii") as file:
                     file.write(text)
         except OSError as error:
-            raise IsolationError(f"cannot map this user into its namespace: {error.strerror}", hint=HOW_TO_ALLOW) from None
+            raise IsolationError(
+                f"cannot map this user into its namespace: {error.strerror}", hint=HOW_TO_ALLOW
+            ) from None
     _loopback_up()
 
 

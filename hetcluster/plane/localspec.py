@@ -31,7 +31,9 @@ def local_ports(public_spec: Mapping[str, Sequence[str]]) -> dict[str, int]:
     return ports
 
 
-def local_spec(public_spec: Mapping[str, Sequence[str]], ports: Mapping[str, int] | None = None) -> dict[str, list[str]]:
+def local_spec(
+    public_spec: Mapping[str, Sequence[str]], ports: Mapping[str, int] | None = None
+) -> dict[str, list[str]]:
     """``public_spec`` with every address replaced by its local endpoint."""
     ports = ports if ports is not None else local_ports(public_spec)
     return {job: [local_address(ports[address]) for address in addresses] for job, addresses in public_spec.items()}

@@ -17,7 +17,9 @@ from hetcluster.errors import CredentialsError
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
-def _context(purpose: int, cert_file: Path | str, key_file: Path | str, ca_files: Sequence[Path | str]) -> ssl.SSLContext:
+def _context(
+    purpose: int, cert_file: Path | str, key_file: Path | str, ca_files: Sequence[Path | str]
+) -> ssl.SSLContext:
     context = ssl.SSLContext(purpose)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = False

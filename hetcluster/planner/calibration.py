@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetcluster.planner.contention import Contention, utilisation_rows, solve, utilisation
+from hetcluster.planner.contention import Contention, solve, utilisation, utilisation_rows
 from hetcluster.planner.fleet import Units, run_weights
 from hetcluster.planner.inputs import RunMeasurement
 
@@ -62,7 +62,9 @@ class RunData:
         remap = -np.ones(len(keep), dtype=np.int64)
         remap[rows] = np.arange(rows.size)
         dev = keep[self.dev_rows] if self.dev_rows.size else np.zeros(0, bool)
-        return RunData(self.weights[rows], self.measured[rows], remap[self.dev_rows[dev]], self.dev_units[dev], self.dev_rates[dev])
+        return RunData(
+            self.weights[rows], self.measured[rows], remap[self.dev_rows[dev]], self.dev_units[dev], self.dev_rates[dev]
+        )
 
 
 def _grid_losses(data: RunData, units: Units, family: str, service_s: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
@@ -123,7 +125,10 @@ def member_rates(data: RunData, rate: np.ndarray, model) -> np.ndarray:
     """Each recorded member's rate x_i = u_i·r_i in its run (aligned with data.dev_rates), under a
     Contention or a BIC mixture ((weight, Contention), ...), whose predictions are averaged."""
     parts = ((1.0, model),) if isinstance(model, Contention) else model
-    return sum(w * utilisation(data.weights, rate, m)[data.dev_rows, data.dev_units] for w, m in parts) * rate[data.dev_units]
+    return (
+        sum(w * utilisation(data.weights, rate, m)[data.dev_rows, data.dev_units] for w, m in parts)
+        * rate[data.dev_units]
+    )
 
 
 def predict_runs(data: RunData, units: Units, model: Contention, regression=None) -> np.ndarray:
@@ -158,7 +163,9 @@ def fit_regression(data: RunData, units: Units, model) -> ResidualRegression:
     return ResidualRegression(pipeline, np.asarray(ridge.coef_, dtype=np.float64) / scaler.scale_)
 
 
-def loo_error(data: RunData, units: Units, family: str, with_kappa: bool, with_regression: bool, per_device: bool = False) -> float:
+def loo_error(
+    data: RunData, units: Units, family: str, with_kappa: bool, with_regression: bool, per_device: bool = False
+) -> float:
     """Leave-one-out RMS log-error over the runs, refitting everything each time.
 
     per_device adds the held-out run's per-device errors (mean square, weight 1/2, as in the fit):

@@ -50,8 +50,8 @@ class Plan:
         """Feasible configurations other than the chosen one whose predicted objective lies within
         the chosen prediction's own uncertainty (one σ), best first, at most ``limit``, with their
         ``relative_difference`` from the chosen value. Non-empty: by the planner's own reckoning
-        pre-training cannot tell these apart from the choice (on the emulated fleet the measured
-        best of a near-tie changes from one training to the next; docs/experiments.md)."""
+        pre-training cannot tell these apart from the choice: the measured best of a near-tie
+        changes from one training to the next (docs/experiments.md#near-ties)."""
         row = self.chosen_row
         column, value = self.objective.column, float(row[self.objective.column])
         spread = float(row[self.objective.std_column])
@@ -82,7 +82,11 @@ def infeasible_error(table: pd.DataFrame, objective: Objective, constraints: tup
     masks = [c.mask(table) for c in constraints]
     order = objective.order(table)
     for i, c in enumerate(constraints):
-        others = np.logical_and.reduce([m for j, m in enumerate(masks) if j != i]) if len(masks) > 1 else np.ones(len(table), bool)
+        others = (
+            np.logical_and.reduce([m for j, m in enumerate(masks) if j != i])
+            if len(masks) > 1
+            else np.ones(len(table), bool)
+        )
         if others.any() and not isinstance(c, MemoryFit):
             best = order[others[order]][0]
             violation = np.where(others, c.violation(table), np.inf)
@@ -118,7 +122,13 @@ def choose(table: pd.DataFrame, objective, constraints=()) -> Plan:
     chosen[0] = True
     out["chosen"] = chosen
     picked = tuple(out["devices"].iloc[0])
-    log.info("chose %s by %s (%d of %d configurations feasible)", "+".join(picked), objective.name, int(feasible.sum()), len(table))
+    log.info(
+        "chose %s by %s (%d of %d configurations feasible)",
+        "+".join(picked),
+        objective.name,
+        int(feasible.sum()),
+        len(table),
+    )
     return Plan(chosen=picked, objective=objective, table=out, constraints=constraints)
 
 

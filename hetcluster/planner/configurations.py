@@ -96,7 +96,9 @@ def names_for_masks(masks: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
     result = None
     for start in range(0, len(names), 10):
         chunk = names[start:start + 10]
-        table = _object_array([tuple(chunk[i] for i in range(len(chunk)) if v >> i & 1) for v in range(1 << len(chunk))])
+        table = _object_array(
+            [tuple(chunk[i] for i in range(len(chunk)) if v >> i & 1) for v in range(1 << len(chunk))]
+        )
         part = table[(masks >> start) & ((1 << len(chunk)) - 1)]
         result = part if result is None else result + part
     if result is None:

@@ -37,7 +37,10 @@ class _Limit(Constraint):
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.limit) and self.limit > 0):
-            raise PlanningError(f"{self.label} must be a positive number, got {self.limit!r}.", hint=f"pass {self.flag} with a value > 0.")
+            raise PlanningError(
+                f"{self.label} must be a positive number, got {self.limit!r}.",
+                hint=f"pass {self.flag} with a value > 0.",
+            )
 
     def violation(self, table: pd.DataFrame) -> np.ndarray:
         values = table[self.column].to_numpy(dtype=np.float64)

@@ -60,7 +60,9 @@ def utilisation(W: np.ndarray, rate: np.ndarray, model: Contention) -> np.ndarra
     return utilisation_rows(W, rate, model.family, np.full(W.shape[0], model.service_s), model.per_worker)
 
 
-def utilisation_rows(W: np.ndarray | None, rate: np.ndarray, family: str, service_s: np.ndarray, per_worker) -> np.ndarray:
+def utilisation_rows(
+    W: np.ndarray | None, rate: np.ndarray, family: str, service_s: np.ndarray, per_worker
+) -> np.ndarray:
     """utilisation() with a service time (and κ) per row, so a whole parameter grid is one call.
     W None: ``rate`` is a (rows × k) matrix of members only (packed rows, weight 1 each)."""
     if W is None:
@@ -197,7 +199,9 @@ def solve(weights: np.ndarray, units: Units, model, util_weights: np.ndarray | N
     averaged with those weights."""
     if not isinstance(model, Contention):
         parts = [(w, solve(weights, units, m, util_weights)) for w, m in model]
-        return QueuePrediction(*(sum(w * getattr(q, f) for w, q in parts) for f in ("steps_per_s", "weighted_util", "measurement_var")))
+        return QueuePrediction(
+            *(sum(w * getattr(q, f) for w, q in parts) for f in ("steps_per_s", "weighted_util", "measurement_var"))
+        )
     rate = units.rate_steps_per_s
     g = np.zeros_like(rate) if util_weights is None else np.asarray(util_weights, dtype=np.float64)
     sigma2 = units.rate_std_steps_per_s ** 2

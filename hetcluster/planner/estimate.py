@@ -40,8 +40,8 @@ import pandas as pd
 from hetcluster.errors import PlanningError
 from hetcluster.planner.configurations import (
     DeviceSetArray,
-    count_class_configurations,
     class_configurations,
+    count_class_configurations,
     enumerate_configurations,
     labels_for_counts,
     membership,
@@ -93,7 +93,9 @@ def weights_of(units: Units, configs: np.ndarray) -> np.ndarray:
     return membership(np.asarray(configs, dtype=np.int64), units.size)
 
 
-def evaluate(models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12) -> dict[str, np.ndarray]:
+def evaluate(
+    models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12
+) -> dict[str, np.ndarray]:
     """Predict every column for configurations (masks or count vectors), chunk by chunk so the
     weight matrices stay small and in cache. Configurations whose members train under a memory
     plan that slows the step are evaluated with every member's rate under that plan, one group of
@@ -191,7 +193,9 @@ def table_from(units: Units, configs: np.ndarray, columns: dict[str, np.ndarray]
         table = pd.concat([pd.DataFrame({**head, **rest}), frame], axis=1)
     else:
         table = pd.DataFrame({**head, **columns})
-    table = table[list(head) + [k for k in COLUMN_ORDER if k in columns] + [k for k in columns if k not in COLUMN_ORDER]]
+    table = table[
+        list(head) + [k for k in COLUMN_ORDER if k in columns] + [k for k in columns if k not in COLUMN_ORDER]
+    ]
     table.attrs["mode"] = "classes" if units.is_classes else "devices"
     table.attrs["device_names"] = units.labels if not units.is_classes else tuple(n for m in units.members for n in m)
     return table
@@ -239,7 +243,8 @@ def estimate(
         if total > MAX_TABLE_ROWS:
             raise PlanningError(
                 f"{len(devices)} devices in {units.size} classes have {total} configurations, too many to list.",
-                hint="use planner.plan() with an objective (it searches count vectors), or group more devices into classes.",
+                hint="use planner.plan() with an objective (it searches count vectors), or group more devices into "
+                     "classes.",
             )
         configs = class_configurations(units.counts)
     else:

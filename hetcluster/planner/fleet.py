@@ -119,9 +119,24 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
     """
     groups: dict[tuple, list[DeviceMeasurement]] = {}
     for d in devices:
-        key = (d.class_key if d.class_key is not None else f"device:{d.name}", bool(d.memory_fits), float(d.memory_slowdown))
+        key = (
+            d.class_key if d.class_key is not None else f"device:{d.name}",
+            bool(d.memory_fits),
+            float(d.memory_slowdown),
+        )
         groups.setdefault(key, []).append(d)
-    labels, members, rate, rate_std, busy, idle, fits, startup, first, startup_power = [], [], [], [], [], [], [], [], [], []
+    labels, members, rate, rate_std, busy, idle, fits, startup, first, startup_power = (
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
     used_labels: set[str] = set()
     for key, group in groups.items():
         group = sorted(group, key=lambda d: (d.name not in first,))  # stable: required first
@@ -131,7 +146,11 @@ def class_units(devices: tuple[DeviceMeasurement, ...], first: tuple[str, ...] =
         used_labels.add(label)
         rates = np.array([d.steps_per_s for d in group])
         if rates.size > 1 and rates.std() > 0.05 * rates.mean():
-            log.warning("class %s: member throughputs differ by %.0f%%; using their mean", label, 100 * rates.std() / rates.mean())
+            log.warning(
+                "class %s: member throughputs differ by %.0f%%; using their mean",
+                label,
+                100 * rates.std() / rates.mean(),
+            )
         labels.append(label)
         members.append(tuple(d.name for d in group))
         rate.append(rates.mean() / key[2])

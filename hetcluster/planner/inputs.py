@@ -141,7 +141,9 @@ def validate_inputs(
             hint="measure every device alone before multi-device runs, or drop the run.",
         )
     if int(job.total_steps) <= 0:
-        raise PlanningError(f"total_steps must be positive, got {job.total_steps}.", hint="pass --total-steps N with N > 0.")
+        raise PlanningError(
+            f"total_steps must be positive, got {job.total_steps}.", hint="pass --total-steps N with N > 0."
+        )
     _nonnegative_finite(job.pretrain_time_s, "pretrain_time_s", fix)
     _nonnegative_finite(job.pretrain_energy_j, "pretrain_energy_j", fix)
     if int(job.pretrain_steps) < 0:

@@ -12,15 +12,12 @@ when no contention was measured). γ_n (1 for one device) is a multiplicative co
 systematic difference in multi-device runs: the geometric mean of measured/predicted, shrunk
 towards 1 by k/(k+1) for k runs. Relative uncertainty: the RMS of the remaining log-residuals
 (prior 0.10 with fewer than two multi-device runs), for one device as for several: a solo window is
-not a whole training, and the power predicted for a device alone missed its trainings by 3.6 % RMS
-over the 406 single-device configurations of the repeated-truth recordings (z RMS 1.49 with this σ).
+not a whole training (docs/decisions.md#single-device-uncertainty).
 
 A set in which no member trained steadily (the step cap came first: no per-device rate recorded,
 while other sets have them) is left out of this fit: each member's power is then the mean over the
-whole run, set-up and the engine's joins included, not its training power. On the unseen
-mobilenet_v2 run on server + jetson-xavier + jetson-tx2 + rpi4 the four-device set read 117 W
-where the same four devices trained at 203 W, and the γ it pulled to 0.87 put jetson-xavier+rpi4
-14 % under the 20.7 W it trained at (left out: γ 0.97, 4 % under).
+whole run, set-up and the engine's joins included, not its training power
+(docs/decisions.md#power-fit-steady-sets).
 """
 
 from __future__ import annotations
@@ -94,7 +91,9 @@ class PowerModel:
                          per_watt: np.ndarray) -> np.ndarray:
         """Σ_{i∈S} P_i(S)·c_i, each member's power in S (γ included, as predict() has it) weighted by a
         per-unit c; weighted_util must be Σ W_i·(busy − idle)_i·c_i·u_i."""
-        above = self._above_idle(weights, units, weighted_util, factor, (units.busy_power_w - units.idle_power_w) * per_watt)
+        above = self._above_idle(
+            weights, units, weighted_util, factor, (units.busy_power_w - units.idle_power_w) * per_watt
+        )
         return self._with_multi_factor(row_sums(weights), weights @ (units.idle_power_w * per_watt) + above)
 
     def dynamic(self, weights: np.ndarray, units: Units, weighted_util: np.ndarray, factor: np.ndarray) -> np.ndarray:

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from hetcluster.planner.choose import Plan, SoloRate, choose
-from hetcluster.planner.configurations import count_class_configurations, class_configurations
+from hetcluster.planner.configurations import class_configurations, count_class_configurations
 from hetcluster.planner.constraints import Constraint, Exclude, Require
-from hetcluster.planner.estimate import MAX_TABLE_ROWS, FittedModels, evaluate, estimate, resolve_mode, table_from
+from hetcluster.planner.estimate import MAX_TABLE_ROWS, FittedModels, estimate, evaluate, resolve_mode, table_from
 from hetcluster.planner.fleet import Units, class_units
 from hetcluster.planner.inputs import JobSpec
 from hetcluster.planner.objectives import Objective, get_objective
@@ -80,7 +80,9 @@ def _choose(devices, runs, objective: Objective, constraints, models: FittedMode
     if search is False:
         from hetcluster.errors import PlanningError
 
-        raise PlanningError(f"{total} class configurations exceed the table limit of {max_table_rows}.", hint="allow the search.")
+        raise PlanningError(
+            f"{total} class configurations exceed the table limit of {max_table_rows}.", hint="allow the search."
+        )
     configs = search_counts(models, units, objective, constraints, required)
     table = table_from(units, configs, evaluate(models, units, configs))
     table.attrs["device_names"] = tuple(d.name for d in devices)
@@ -95,7 +97,9 @@ def _check_names(devices, names) -> None:
     if unknown:
         from hetcluster.errors import PlanningError
 
-        raise PlanningError(f"Unknown device(s): {', '.join(unknown)}.", hint=f"use names from the fleet: {', '.join(sorted(known))}.")
+        raise PlanningError(
+            f"Unknown device(s): {', '.join(unknown)}.", hint=f"use names from the fleet: {', '.join(sorted(known))}."
+        )
 
 
 class _Scorer:

@@ -1,9 +1,8 @@
 """Each device's solo rate r_i, revised by what the calibration sets measured of it.
 
 Pre-training times a device alone over a window of a few seconds, and a device's rate moves from
-one run to the next: two whole trainings of the same device alone differed by 10.9 % RMS (log)
-over the 174 devices of the 74 repeated-truth recordings, and the solo window read their mean
-10.9 % RMS off (docs/experiments.md, "A solo window against the run-to-run spread"). Every
+one run to the next about as much as a window misses it
+(docs/experiments.md#a-solo-window-against-the-run-to-run-spread). Every
 calibration set measures each member's own rate too (RunMeasurement.per_device_steps), through
 the contention the set adds. So ρ_i = log r_i is estimated from both, the solo window as a prior:
 
@@ -37,12 +36,15 @@ from hetcluster.planner.inputs import DeviceMeasurement, RunMeasurement
 
 log = logging.getLogger(__name__)
 
-SOLO_FLOOR = 0.05     # relative spread a solo window is trusted to at best
-SET_FLOOR = 0.05      # and a member's rate in a set
+# a window and a set reading each trusted to 5 % at best (docs/decisions.md#solo-rate-revision)
+SOLO_FLOOR = 0.05
+SET_FLOOR = 0.05
 ELASTICITY_STEP = 0.01
 
 
-def revise_solo_rates(devices: tuple[DeviceMeasurement, ...], runs: Sequence[RunMeasurement], throughput) -> tuple[DeviceMeasurement, ...]:
+def revise_solo_rates(
+    devices: tuple[DeviceMeasurement, ...], runs: Sequence[RunMeasurement], throughput
+) -> tuple[DeviceMeasurement, ...]:
     """``devices`` with each steps_per_s revised by the sets (module docstring); ``throughput`` is
     the ThroughputModel fitted on the solo windows. Unchanged where no set measured a member."""
     units = throughput.measured_units()
@@ -59,8 +61,12 @@ def revise_solo_rates(devices: tuple[DeviceMeasurement, ...], runs: Sequence[Run
         bumped = rate.copy()
         bumped[unit] *= 1.0 + ELASTICITY_STEP
         own = data.dev_units == unit
-        elasticity = (np.log(member_rates(data, bumped, throughput.analytic)[own]) - np.log(predicted[own])) / np.log1p(ELASTICITY_STEP)
-        delta[unit] = (elasticity @ residual[own] / sigma_set ** 2) / (elasticity @ elasticity / sigma_set ** 2 + 1.0 / sigma_solo[unit] ** 2)
+        elasticity = (np.log(member_rates(data, bumped, throughput.analytic)[own]) - np.log(predicted[own])) / np.log1p(
+            ELASTICITY_STEP
+        )
+        delta[unit] = (elasticity @ residual[own] / sigma_set**2) / (
+            elasticity @ elasticity / sigma_set**2 + 1.0 / sigma_solo[unit] ** 2
+        )
     factor = {name: float(np.exp(d)) for d, names in zip(delta, units.members) for name in names}
     log.info("solo rates revised by the sets (σ_set %.3f): %s", sigma_set,
              ", ".join(f"{label} {d:+.1%}" for label, d in zip(units.labels, np.expm1(delta)) if d))

@@ -10,18 +10,12 @@ steadily still enters the contention fit (its throughput, its fast members' rate
 about what the slow ones cost, and a correction fitted on such sets extrapolates. No worker trains
 faster beside others than alone, so R(S) never exceeds the members' solo rates' sum Σ r_i: the
 regression's correction factor is capped there, and the start-up lag, the power and the
-uncertainty that scale by it see the capped one. Both from the unseen resnet50 run on server +
-jetson-xavier + rpi4: two of its three sets held the server's rate alone, and the regression
-fitted on them put server+rpi4 33 % above the server alone, where the rpi4's solo rate adds 10 %.
+uncertainty that scale by it see the capped one (docs/decisions.md#throughput-cap).
 
 Uncertainty (relative, on R): sqrt(Σ(u_i·σ_i)²/R² + σ_model²) with σ_i the solo spread and
 σ_model the leave-one-out RMS log-error of the chosen model (0.15 with fewer than two runs), for one
-device as for several. A device alone is predicted from its solo window, and a window of a few
-seconds misses the rate the device then trains at by about as much as the model misses a set: over
-the 406 single-device configurations of the 129 repeated-truth recordings, σ_i alone stated a
-median 1.4 % on the time where the prediction missed the trainings by 3.9 % RMS (z RMS 10.0);
-with σ_model added, z RMS 1.19, against 1.48 for the several-device configurations
-(docs/experiments.md).
+device as for several: a window of a few seconds misses the rate the device then trains at by
+about as much as the model misses a set (docs/decisions.md#single-device-uncertainty).
 """
 
 from __future__ import annotations
@@ -33,14 +27,14 @@ import numpy as np
 
 from hetcluster.errors import PlanningError
 from hetcluster.planner.calibration import (
+    VARIANTS,
+    RunData,
     capped_correction,
     fit_regression,
     fit_variant,
     loo_error,
-    RunData,
     selection_score,
     variant_name,
-    VARIANTS,
 )
 from hetcluster.planner.contention import Contention, QueuePrediction, solve, utilisation, waterfill
 from hetcluster.planner.fleet import Units, class_units, device_units
@@ -51,7 +45,7 @@ __all__ = ["Contention", "QueuePrediction", "ThroughputModel", "solve", "utilisa
 log = logging.getLogger(__name__)
 
 PRIOR_MODEL_STD = 0.15
-MIN_RUNS_FOR_REGRESSION = 3
+MIN_RUNS_FOR_REGRESSION = 3   # regress only on steady sets, three at least (docs/decisions.md#throughput-cap)
 MIXTURE_MIN_WEIGHT = 0.05
 FIT_ON_CLASSES_ABOVE = 20
 
@@ -85,7 +79,9 @@ class ThroughputModel:
         return float("inf") if self.service_s <= 0 else 1.0 / self.service_s
 
     @classmethod
-    def fit(cls, devices, runs=(), *, use_regression: bool | None = None, variant: tuple[str, bool] | None = None) -> "ThroughputModel":
+    def fit(
+        cls, devices, runs=(), *, use_regression: bool | None = None, variant: tuple[str, bool] | None = None
+    ) -> "ThroughputModel":
         """Fit the contention family and parameters, and the residual regression when it helps.
 
         use_regression: None decides by leave-one-out error; True/False forces it.

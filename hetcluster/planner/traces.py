@@ -46,10 +46,14 @@ def load_trace(path: str | Path) -> tuple[tuple[DeviceMeasurement, ...], tuple[R
     try:
         frame = pd.read_csv(path, dtype={"devices": str, "class_key": str, "per_device_steps": str})
     except (OSError, ValueError) as error:
-        raise ProfileError(f"Cannot read trace {path}: {error}.", hint="check the path and that it is a CSV file.") from error
+        raise ProfileError(
+            f"Cannot read trace {path}: {error}.", hint="check the path and that it is a CSV file."
+        ) from error
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise ProfileError(f"Trace {path} lacks columns: {', '.join(missing)}.", hint=f"a trace needs {', '.join(REQUIRED_COLUMNS)}.")
+        raise ProfileError(
+            f"Trace {path} lacks columns: {', '.join(missing)}.", hint=f"a trace needs {', '.join(REQUIRED_COLUMNS)}."
+        )
     devices: dict[str, DeviceMeasurement] = {}
     runs: list[RunMeasurement] = []
     for line, row in enumerate(frame.to_dict("records"), start=2):

@@ -105,5 +105,7 @@ class AndroidBatteryPowerSource(PowerSource):
                 f"The battery is {status!r}: the charger powers the device, so battery power is meaningless.",
                 hint="unplug the phone while measuring, or use source = \"model\".",
             )
-        power_w = abs(current_a(read_int(self.supply / "current_now")) * voltage_v(read_int(self.supply / "voltage_now")))
+        power_w = abs(
+            current_a(read_int(self.supply / "current_now")) * voltage_v(read_int(self.supply / "voltage_now"))
+        )
         return self._sample(power_w)

@@ -45,11 +45,15 @@ class PowerConfig:
 
     def __post_init__(self) -> None:
         if self.source not in SOURCE_NAMES:
-            raise ConfigError(f"power.source {self.source!r} is unknown.", hint=f"use one of {', '.join(SOURCE_NAMES)}.")
+            raise ConfigError(
+                f"power.source {self.source!r} is unknown.", hint=f"use one of {', '.join(SOURCE_NAMES)}."
+            )
         for key in ("idle_w", "busy_w"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ConfigError(f"power.{key} must be a non-negative number of watts, got {value!r}.", hint=f"fix power.{key}.")
+                raise ConfigError(
+                    f"power.{key} must be a non-negative number of watts, got {value!r}.", hint=f"fix power.{key}."
+                )
         if self.idle_w is not None and self.busy_w is not None and self.idle_w > self.busy_w:
             raise ConfigError(
                 f"power.idle_w ({self.idle_w}) is above power.busy_w ({self.busy_w}).", hint="swap or fix them."
@@ -73,18 +77,24 @@ class PowerConfig:
         """Validate a parsed ``[power]`` table (ConfigError naming the bad key)."""
         unknown = sorted(set(data) - set(_KEYS))
         if unknown:
-            raise ConfigError(f"Unknown key(s) in [power]: {', '.join(unknown)}.", hint=f"allowed keys: {', '.join(_KEYS)}.")
+            raise ConfigError(
+                f"Unknown key(s) in [power]: {', '.join(unknown)}.", hint=f"allowed keys: {', '.join(_KEYS)}."
+            )
         values = dict(data)
         source = values.get("source", "auto")
         if not isinstance(source, str):
-            raise ConfigError(f"power.source must be a string, got {source!r}.", hint=f"use one of {', '.join(SOURCE_NAMES)}.")
+            raise ConfigError(
+                f"power.source must be a string, got {source!r}.", hint=f"use one of {', '.join(SOURCE_NAMES)}."
+            )
         if values.get("cgroup_dir") is not None:
             if not isinstance(values["cgroup_dir"], (str, Path)):
                 raise ConfigError(f"power.cgroup_dir must be a path, got {values['cgroup_dir']!r}.", hint="fix it.")
             values["cgroup_dir"] = Path(values["cgroup_dir"])
         return cls(**values)
 
-    def for_emulation(self, compute_share: float, cgroup_dir: Path | None = None, root_pid: int | None = None) -> "PowerConfig":
+    def for_emulation(
+        self, compute_share: float, cgroup_dir: Path | None = None, root_pid: int | None = None
+    ) -> "PowerConfig":
         """This config switched to the emulated-device model with the agent's [emulation] values."""
         return replace(self, source="emulated", compute_share=compute_share, cgroup_dir=cgroup_dir, root_pid=root_pid)
 
@@ -131,7 +141,13 @@ def _try_open(name: str, config: PowerConfig, root: Path, nvml_lib: Any, runner:
 
 def _open_auto(config: PowerConfig, root: Path, nvml_lib: Any, runner: Any) -> PowerSource:
     found = {a.name: a for a in available_sources(root, nvml_lib=nvml_lib, pi5_runner=runner)}
-    host = [s for n in (rapl.NAME, nvml.NAME) if found[n].available for s in [_try_open(n, config, root, nvml_lib, runner)] if s]
+    host = [
+        s
+        for n in (rapl.NAME, nvml.NAME)
+        if found[n].available
+        for s in [_try_open(n, config, root, nvml_lib, runner)]
+        if s
+    ]
     if len(host) > 1:
         return CombinedSource(host)
     if host:
@@ -163,7 +179,9 @@ def open_source(
     """
     if config.source == "emulated":
         assert config.idle_w is not None and config.busy_w is not None and config.compute_share is not None
-        return EmulatedPowerSource(config.idle_w, config.busy_w, config.compute_share, config.cgroup_dir, config.root_pid)
+        return EmulatedPowerSource(
+            config.idle_w, config.busy_w, config.compute_share, config.cgroup_dir, config.root_pid
+        )
     if config.source == "auto":
         return _open_auto(config, root, nvml_lib, pi5_runner)
     if config.source != model.NAME:

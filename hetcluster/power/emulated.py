@@ -5,8 +5,8 @@ since the previous read, divided by (wall time × compute_share) — the device 
 uses all of the CPU the emulator grants it — and clipped to [0, 1]. CPU time above the share in one
 read is carried into the next (at most ``CARRY_LIMIT_S`` of the share): the quota is enforced per
 100 ms CFS period, so a read interval not aligned with the periods can see two periods' quota and
-the next one less. Clipped read by read, a device busy all the time read u = 0.962 at pre-training's
-10 Hz and 0.995 at training's 2 Hz (docs/power.md); with the carry both read its share.
+the next one less, and clipping read by read would read a busy device low
+(docs/decisions.md#emulated-power-carry).
 
 CPU time is taken from the device's cgroup when one is given (v2 ``cpu.stat`` ``usage_usec``, v1
 ``cpuacct.usage`` in ns), which counts every process ever in it. Otherwise it is summed over the
@@ -33,7 +33,7 @@ from hetcluster.power.base import PowerSample, PowerSource
 
 log = logging.getLogger(__name__)
 
-#: Wall seconds of the share that CPU time above it may carry into the next read (two CFS periods).
+#: Wall seconds of the share that CPU time above it may carry into the next read (two CFS periods)
 CARRY_LIMIT_S = 0.2
 
 
@@ -49,7 +49,8 @@ def cgroup_cpu_s(cgroup_dir: Path) -> float:
         return int(read_text(cgroup_dir / "cpuacct.usage")) / 1e9
     raise PowerSourceError(
         f"{cgroup_dir} has neither cpu.stat (usage_usec) nor cpuacct.usage.",
-        hint="give the device's cgroup directory (cgroup v2 or the v1 cpuacct hierarchy), or none to use its processes.",
+        hint="give the device's cgroup directory (cgroup v2 or the v1 cpuacct hierarchy), or none to use its "
+             "processes.",
     )
 
 

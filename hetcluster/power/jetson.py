@@ -97,7 +97,9 @@ def probe(root: Path = Path("/")) -> Availability:
     try:
         layout, rails = find_rails(root)
         if not rails:
-            return Availability(NAME, True, False, "no INA3221 rails (not a Jetson, or the ina3221 driver is not loaded)")
+            return Availability(
+                NAME, True, False, "no INA3221 rails (not a Jetson, or the ina3221 driver is not loaded)"
+            )
         for rail in rails:
             rail.power_w()
         return Availability(NAME, True, True, f"INA3221 {layout}: {' + '.join(r.name for r in rails)}")

@@ -2,12 +2,10 @@
 
 Energy comes from ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since driver load, Volta and newer)
 when every GPU supports it; samples then carry ``energy_j``, exact over any window. Power is the
-driver's own reading, not the counter's delta: measured on an H100 (benchmarks/nvml_agent.py), the
-counter moves in steps of ~70 J once every 100 ms, so the delta between reads 20 ms apart is 0 or
-3.5 kW, and even at 10 Hz it swings ±20 % as the reads slide past the steps. So ``power_w`` is
-the instantaneous field ``NVML_FI_DEV_POWER_INSTANT`` where every GPU has it (driver 530 and newer;
-3 % spread under steady load there), else ``nvmlDeviceGetPowerUsage`` (mW: a one-second average
-on Ampere and newer, instantaneous on older GPUs). All visible GPUs are summed. The NVML module is
+driver's own reading, not the counter's delta, which steps every 100 ms
+(docs/decisions.md#nvml-power-reading): the instantaneous field ``NVML_FI_DEV_POWER_INSTANT``
+where every GPU has it (driver 530 and newer), else ``nvmlDeviceGetPowerUsage`` (mW: a one-second
+average on Ampere and newer, instantaneous on older GPUs). All visible GPUs are summed. The NVML module is
 a constructor argument so tests pass a fake library; every NVML error is translated to
 PowerSourceError in ``nvml_call`` and nowhere else.
 """
@@ -196,7 +194,9 @@ class NvmlPowerSource(PowerSource):
             except PowerSourceError as exc:  # an old driver has no field API
                 log.debug("NVML field values unavailable: %s", exc)
                 return None
-            if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0) or value.valueType >= len(_FIELD_VALUE_MEMBERS):
+            if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0) or value.valueType >= len(
+                _FIELD_VALUE_MEMBERS
+            ):
                 return None
             values.append(float(getattr(value.value, _FIELD_VALUE_MEMBERS[value.valueType])))
         return values

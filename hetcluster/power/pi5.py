@@ -45,7 +45,9 @@ def run_command(argv: list[str]) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=5.0, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PowerSourceError(f"{' '.join(argv)} failed: {exc}.", hint="check that vcgencmd works in a shell.") from exc
+        raise PowerSourceError(
+            f"{' '.join(argv)} failed: {exc}.", hint="check that vcgencmd works in a shell."
+        ) from exc
     if done.returncode != 0:
         raise PowerSourceError(
             f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}.",
@@ -115,5 +117,7 @@ class Pi5PowerSource(PowerSource):
     def read(self) -> PowerSample:
         rails = parse_pmic_adc(self._runner(COMMAND))
         if not rails:
-            raise PowerSourceError("vcgencmd pmic_read_adc printed no current/voltage pairs.", hint="check the firmware.")
+            raise PowerSourceError(
+                "vcgencmd pmic_read_adc printed no current/voltage pairs.", hint="check the firmware."
+            )
         return self._sample(total_power_w(rails))

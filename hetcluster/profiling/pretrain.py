@@ -9,39 +9,28 @@ Sequence (all real: agents start TF workers, the engine trains the job's model):
    (:meth:`_Phase.shared_servers`): each run is a new client whose cluster names its members'
    servers only, and no run waits for its servers to start;
 3. the opening run: every device together, ``opening_s`` seconds past the warm-up (a set's share
-   of ``max_phase_steps`` at most, on top of it: the sets' shares stay what the budget leaves past
-   the solo runs), not measured — its steps count toward the job like every run's.
-   A worker's first training runs up to a quarter slow for its first 10–20 s and one that trained
-   before does not (inception_v3 on three boards, `experiments/step_stamps.py --shared-servers`,
-   docs/experiments.md "A worker's climb is its first run's"); without this run each solo run
-   was its worker's first and read the board low (phone 0.517 steps/s alone where it trained at
-   0.70), while the sets after it, on warm workers, read every board above its solo rate. So every
-   run that is measured runs on warm workers, at the rate a training reaches past its climb. The
-   start-up figures still come from the solo runs: a warm worker's first step is no shorter
-   (jetson-tx2's 11.1 s on a fresh worker, 16.6 s on one that had trained: the client's graph
-   set-up, not the worker's, is most of it);
+   of ``max_phase_steps`` at most, on top of it), not measured: a worker's first training climbs
+   for its first seconds, and every run that is measured then runs on warm workers
+   ([decisions](../../docs/decisions.md#opening-run)); its steps count toward the job like every
+   run's. The start-up figures still come from the solo runs (a warm worker's first step is no
+   shorter: the client's graph set-up is most of it);
 4. each device alone (one per class of identical devices, the inventory's ``device_class``: the
    class's other devices take its figures, :func:`class_copies`) for ``steps_per_run`` steps —
-   more while the window after the warm-up is shorter than ``min_window_s`` (a fast device would
-   otherwise be timed over a few hundredths of a second) or holds fewer than ``min_window_steps``
-   steps (a slow one over 4–6 steps, which read it slow: MIN_SOLO_WINDOW_STEPS) — then the calibration sets of
-   ``sets.py``, each run until every member trains steadily in a common window of
-   ``min_window_s``, or longer (up to ``max_window_s``) where the set's share of
-   ``max_phase_steps`` affords it (sized up front from the members' solo rates; the engine
-   extends a run that falls short). A set's first round is one step per member,
-   joined before the rest, and so is each of the rest of the warm-up's rounds (the engine's start
-   barrier), so a member's slow first steps do not let the fast ones spend the set's steps; a set
-   is measured over its steady window only, each member past the warm-up a solo run leaves out
-   (``warmup_steps``, then the seconds ``warmup_s`` after them: WARMUP_S). No solo
-   run takes more than ``step_cap`` steps and no set more than its share of what
-   ``max_phase_steps`` leaves, so pre-training stays a small part of the job;
+   more while the window after the warm-up is shorter than ``min_window_s`` or holds fewer than
+   ``min_window_steps`` steps — then the calibration sets of ``sets.py``, each run until every
+   member trains steadily in a common window of ``min_window_s``, or longer (up to
+   ``max_window_s``) where the set's share of ``max_phase_steps`` affords it (sized up front from
+   the members' solo rates; the engine extends a run that falls short). A set's warm-up rounds are
+   one step per member each (the engine's start barrier), so a member's slow first steps do not
+   let the fast ones spend the set's steps; a set is measured over its steady window only, each
+   member past its own warm-up (``warmup_steps``, then ``warmup_s`` seconds). No solo run takes
+   more than ``step_cap`` steps and no set more than its share of what ``max_phase_steps``
+   leaves, so pre-training stays a small part of the job;
 5. the fastest device alone once more (``recheck_fastest``), its two windows pooled
-   (:func:`pool_solo_windows`): its solo rate is what a time choice hinges on (every set with it is
-   predicted from it), and in 9 of the 17 repeated-truth evaluations recorded before this step one
-   window of a few seconds read the fastest device 10–50 % off the steady rate it then trained at
-   (both ways; `experiments/solo_rates.py`, docs/experiments.md). Two windows minutes apart, around
-   the sets, average a drift that is independent between them, and show it: ``steps_per_s_std``
-   is at least half their difference;
+   (:func:`pool_solo_windows`): its solo rate is what a time choice hinges on, and two windows
+   minutes apart average a drift that is independent between them, and show it:
+   ``steps_per_s_std`` is at least half their difference
+   ([decisions](../../docs/decisions.md#recheck-fastest));
 6. every run continues one checkpoint (``checkpoint_dir``), so the steps taken here count toward
    the job: the profile records the step count and the checkpoint to continue from.
 
@@ -59,7 +48,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from hetcluster.errors import AgentError, HetclusterError, ProfileError
 from hetcluster.memory.fit import TrainingMemory
@@ -70,45 +59,22 @@ from hetcluster.profiling.sets import calibration_sets, class_unit
 from hetcluster.training.checkpoints import checkpoint_steps
 from hetcluster.training.spec import barrier_rounds
 
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
+    from hetcluster.profiling.profile import DeviceProfile
+
 log = logging.getLogger(__name__)
 
 MIN_STARTUP_WINDOW_S = 0.25   # shorter start-ups take their power over the first step instead
-RATE_BLOCK_S = 1.0            # batch length of a rate's standard error (rate_standard_error)
+RATE_BLOCK_S = 1.0            # the host's speed wanders over seconds (docs/decisions.md#rate-standard-error)
 
-# Pre-training samples power at 10 Hz where training samples at 2 Hz
-# (coordinator.TRAIN_POWER_RATE_HZ, chosen because recorders cost an emulating host CPU). Its
-# windows are seconds, a fast device's on a small job under one: at 2 Hz such a window holds one
-# sample or none and its power is an interpolation into the start-up (a full choice-accuracy run
-# at 2 Hz measured the server's small_cnn power over a 0.35 s window at 191 W; it trained at
-# 230–242 W), while the 15 solo rates measured at 10 Hz and at 2 Hz differed by +2 % on average
-# (median −3 %, 6 of 15 faster, spread ±15 % — the run-to-run noise of a 3 s window),
-# no systematic slowdown (docs/experiments.md).
+# a window of a second needs more samples than training's 2 Hz (docs/decisions.md#pretrain-power-rate)
 PRETRAIN_POWER_RATE_HZ = 10.0
-
-# A worker's warm-up lasts its first warmup_steps and the seconds after them: past its third step
-# a worker still runs slow for a few seconds. Measured on the emulated fleet (resnet50 32x32x3
-# batch 8, 14 worker-runs of 46-133 s: server alone, server+jetson-tx2, server+jetson-nano,
-# server+jetson-nano+rpi4, server+jetson-tx2+phone), a 3 s window opened after 3 steps read the
-# server 17.6 % (mean; up to 35 % in sets, just after the start barrier) and the boards 13.7 % under
-# the worker's rate from 10 s after that opening to the run's end; opened 3 s later, 4.3 % and
-# 2.7 % (2 s: 5.5 % and 7.5 %; 4 s: 2.0 % and 3.3 %). The short windows of a small job's
-# pre-training sat in that climb and read each set's fast member lowest, so the planner saw more
-# contention than the trainings had (docs/experiments.md, "The seconds after the warm-up").
+# a worker still runs slow for seconds past its warm-up steps (docs/decisions.md#warmup-seconds)
 WARMUP_S = 3.0
-
-# The opening run's window past the warm-up: every worker's first training climbs for 10–20 s
-# (over nine worker-runs of fresh workers the first 10 s past the 4th step ran at 0.84 of the
-# later rate, on workers that had trained at 0.96; docs/experiments.md "A worker's climb is its
-# first run's"), so 10 s past the warm-up's steps and WARMUP_S leaves a measured run little of it.
+# a fresh worker's first training climbs for 10-20 s: take it unmeasured (docs/decisions.md#opening-run)
 OPENING_S = 10.0
-
-# A solo run's window holds at least this many steps past the warm-up, as its step cap allows (the
-# engine extends the run; TrainSpec.min_window_steps). A slow device's 3 s window held 4–6 steps:
-# over 112 recordings, windows of 8 steps or fewer read a median 7.5 % under the rate the device then
-# trained at (117 windows; 2.0 % once the fastest device's own error is taken off), longer ones 0.2 %
-# (78; `experiments/solo_rates.py`, docs/experiments.md "Short solo windows read slow"), and two
-# 60-step runs of jetson-nano climbed 0–20 % past step 10. Ten steps cost a board at 0.6 steps/s about
-# 8 s more than a 5-step window.
+# windows of a few steps read slow devices low (docs/decisions.md#min-solo-window-steps)
 MIN_SOLO_WINDOW_STEPS = 10
 
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
@@ -130,15 +96,15 @@ class PretrainSettings:
     steps_per_run: int = 30
     warmup_steps: int = 5
     warmup_s: float = WARMUP_S     # and each worker's steps in these seconds after them (WARMUP_S)
-    min_window_s: float = 3.0
+    min_window_s: float = 3.0      # several quota periods for a fast device (docs/decisions.md#min-window-seconds)
     min_window_steps: int = MIN_SOLO_WINDOW_STEPS  # a solo run's window holds this many steps, within step_cap
-    max_window_s: float = 10.0     # a set's window when its share of max_phase_steps affords it
+    max_window_s: float = 10.0     # a set's window where its budget affords it (docs/decisions.md#set-window)
     max_steps_per_run: int = 0     # 0: 5 × steps_per_run
     max_phase_steps: int = 0       # steps the whole phase may take (0: no budget); sets may use what is left
     idle_s: float = 3.0
     power_rate_hz: float = PRETRAIN_POWER_RATE_HZ
     max_sets: int = 3
-    recheck_fastest: bool = True   # measure the fastest device alone again after the sets (step 5)
+    recheck_fastest: bool = True   # the fastest device alone again after the sets (docs/decisions.md#recheck-fastest)
     opening_s: float = OPENING_S   # the opening run's window (step 3); 0: no opening run
     learning_rate: float = 0.01
     optimizer: str = "sgd"
@@ -147,10 +113,15 @@ class PretrainSettings:
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0:
-            raise ProfileError(f"warmup_steps={self.warmup_steps} (--warmup-steps) is negative.", hint="give 0 or more.")
+            raise ProfileError(
+                f"warmup_steps={self.warmup_steps} (--warmup-steps) is negative.", hint="give 0 or more."
+            )
         if self.steps_per_run < self.warmup_steps + 2:
-            raise ProfileError(f"steps_per_run={self.steps_per_run} (--pretrain-steps) leaves fewer than 2 measured steps after "
-                               f"{self.warmup_steps} warm-up steps.", hint="raise --pretrain-steps.")
+            raise ProfileError(
+                f"steps_per_run={self.steps_per_run} (--pretrain-steps) leaves fewer than 2 measured steps after "
+                f"{self.warmup_steps} warm-up steps.",
+                hint="raise --pretrain-steps.",
+            )
         if self.min_window_steps < 0:
             raise ProfileError(f"min_window_steps={self.min_window_steps} is negative.", hint="give 0 steps or more.")
         if min(self.min_window_s, self.max_window_s, self.warmup_s, self.opening_s) < 0:
@@ -183,22 +154,20 @@ class PretrainSettings:
             return self.step_cap
         return max(self.step_cap, (self.max_phase_steps - used_steps) // max(sets_left, 1))
 
-    def set_steps(self, members: Sequence[Any], cap: int | None = None, window_s: float | None = None) -> int:
+    def set_steps(self, members: Sequence[DeviceProfile], cap: int | None = None, window_s: float | None = None) -> int:
         """Steps for a calibration set, from its members' solo DeviceProfiles: its warm-up, one step
         each per barrier round (the engine's start barrier: every member sets up and warms up while
         the others wait), then the warm-up's seconds (``warmup_s``), then long enough that every
-        member takes two steps and that the window spans ``window_s`` (default min_window_s; at solo rates, so under contention the steps take
-        longer; the engine extends a run that still falls short)."""
+        member takes two steps and that the window spans ``window_s`` (default min_window_s; at solo
+        rates, so under contention the steps take longer; the engine extends a run that still falls
+        short)."""
         steps = self._window_steps(members, self.min_window_s if window_s is None else window_s)
         return int(min(max(steps, self.steps_per_run), cap or self.step_cap))
 
-    def set_window_s(self, members: Sequence[Any], cap: int) -> float:
+    def set_window_s(self, members: Sequence[DeviceProfile], cap: int) -> float:
         """The window a calibration set measures: the longest up to max_window_s whose steps fit in
-        ``cap``, never under min_window_s; min_window_s when the phase has no budget (no job size).
-
-        A few seconds of a shared host decide a near-tie: in a 5000-step job's pre-training the
-        set of all three devices read 11 % under its training rate over 4.7 s while 600 steps of
-        the phase's budget went unused."""
+        ``cap``, never under min_window_s; min_window_s when the phase has no budget (no job size):
+        seconds of a shared host decide a near-tie (docs/decisions.md#set-window)."""
         low, high = self.min_window_s, max(self.max_window_s, self.min_window_s)
         if self.max_phase_steps <= 0 or self._window_steps(members, low) >= cap:
             return low
@@ -209,7 +178,7 @@ class PretrainSettings:
             low, high = (middle, high) if self._window_steps(members, middle) <= cap else (low, middle)
         return low
 
-    def _window_steps(self, members: Sequence[Any], window_s: float) -> int:
+    def _window_steps(self, members: Sequence[DeviceProfile], window_s: float) -> int:
         # the barrier rounds: each member's own warm-up steps (as a solo run leaves out,
         # steps_past_warmup), one step each per round; the warm-up's seconds; then the window,
         # where each takes two steps or more
@@ -226,11 +195,8 @@ def phase_budget_steps(total_steps: int | None) -> int:
 def step_cap_for_job(steps_per_run: int, total_steps: int | None, solo_runs: int, max_sets: int = 3) -> int:
     """The most steps one pre-training run may take when the job's size is known: its share of a
     third of the job (``solo_runs`` devices alone and up to max_sets sets), never fewer than steps_per_run;
-    0 = the settings' default, 5 × steps_per_run (no job size known).
-
-    A fast device reaches its ``min_window_s`` well inside that share on a long job; an earlier
-    ceiling of 5 × steps_per_run cut a 5000-step job's server run at 47 measured steps (1.15 s,
-    its rate read 11 % under the mean of its two trainings), while 277 steps were its share."""
+    0 = the settings' default, 5 × steps_per_run (no job size known)
+    (docs/decisions.md#pretraining-budget)."""
     if total_steps is None:
         return 0
     return max(steps_per_run, phase_budget_steps(total_steps) // (solo_runs + max_sets))
@@ -239,7 +205,7 @@ def step_cap_for_job(steps_per_run: int, total_steps: int | None, solo_runs: int
 class _Phase:
     """State of one pre-training phase: clients, recorders, the running step count."""
 
-    def __init__(self, inventory: Any, model: ModelSpec, data: DataSource, checkpoint_dir: str,
+    def __init__(self, inventory: Inventory, model: ModelSpec, data: DataSource, checkpoint_dir: str,
                  settings: PretrainSettings, on_event: EventFn | None, memory: MemoryFn | None = None) -> None:
         self.inventory, self.model, self.data = inventory, model, data
         self.checkpoint_dir, self.settings = checkpoint_dir, settings
@@ -402,11 +368,8 @@ def rate_standard_error(ends_s: Sequence[float], steps_per_s: float, block_s: fl
     means: the window's step intervals are cut into consecutive blocks of about ``block_s`` (at least
     three blocks), and the spread of the blocks' mean intervals gives the error of the overall mean.
     Never less than the error of independent intervals (stdev/√n), which it equals with one-step blocks.
-
-    A shared host's speed wanders over seconds (the emulated server's rate over 5 s runs spreads
-    by 6-7 % from run to run, its per-second rate by far more; docs/experiments.md, host-speed
-    probe), so neighbouring intervals are alike and, taken as independent, understate the error;
-    blocks of a second see that wander."""
+    A shared host's speed wanders over seconds, so neighbouring intervals are alike and, taken as
+    independent, understate the error (docs/decisions.md#rate-standard-error)."""
     intervals = [b - a for a, b in zip(ends_s, ends_s[1:]) if b > a]
     if len(intervals) < 2:
         return 0.0
@@ -537,12 +500,12 @@ def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProf
         memory_slowdown=first.memory_slowdown, memory_plan=first.memory_plan)
 
 
-def device_classes(inventory: Any, names: Sequence[str]) -> dict[str, str | None]:
+def device_classes(inventory: Inventory, names: Sequence[str]) -> dict[str, str | None]:
     """Each device's class of identical devices from the inventory (None: a class of its own)."""
     return {n: getattr(inventory.device(n), "device_class", None) for n in names}
 
 
-def solo_run_count(inventory: Any, names: Sequence[str]) -> int:
+def solo_run_count(inventory: Inventory, names: Sequence[str]) -> int:
     """How many devices pre-training measures alone: one per class, every device of no class."""
     return len({class_unit(name, cls) for name, cls in device_classes(inventory, names).items()})
 
@@ -567,7 +530,7 @@ def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_
     return profiles
 
 
-def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
+def run_pretraining(inventory: Inventory, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
                     on_event: EventFn | None = None, memory: MemoryFn | None = None) -> Profile:
     """Measure every device alone and the calibration sets; return the Profile (not yet saved).
@@ -611,7 +574,9 @@ def run_pretraining(inventory: Any, model: ModelSpec, checkpoint_dir: str, *, da
         devices = class_copies(measured, available, class_of, idle_w)
         solo = {d.name: d.steps_per_s for d in devices}
         by_name = {d.name: d for d in devices}
-        fastest = max(measured, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
+        fastest = (
+            max(measured, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
+        )
         reserved = solo_run_steps.get(fastest, 0)  # the recheck's steps, kept from the sets' budget
         sets = calibration_sets(solo, settings.max_sets, class_of)
         for index, members in enumerate(sets):

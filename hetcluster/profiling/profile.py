@@ -41,7 +41,7 @@ class DeviceProfile:
     ``solo_window_ends_s``: each solo window's step completions, in seconds from the window's open
     (one list per window, in order; empty in profiles written before they were recorded), so what a
     shorter window would have read on the same run can be worked out afterwards
-    (`experiments/solo_rates.py`).
+    (`python -m experiments.investigations.solo_rates`).
     """
 
     name: str
@@ -102,9 +102,9 @@ class Profile:
     steps_per_run: int
     created_wall_s: float
     idle_power_counts: bool = False
-    warmup_s: float = 0.0   # and each worker's steps in these seconds after warmup_steps (0 before 2026-11-25)
+    warmup_s: float = 0.0   # and each worker's steps in these seconds after warmup_steps (0 in older profiles)
     # the model's layer graph at batch 1 (LayerGraph.to_dict) that pre-training's memory plans were
-    # made on; None where no plan was made (no memory budget known) and in profiles before 2026-11-29.
+    # made on; None where no plan was made (no memory budget known) and in older profiles.
     # Planning from the profile adopts it for this model, input shape and classes, so it builds no model
     memory_graph: dict[str, Any] | None = None
     # what the pre-training trained on (training.spec.Training.recorded): data, optimizer, learning
@@ -182,7 +182,9 @@ def load_profile(path: Path | str) -> Profile:
     try:
         return Profile.from_dict(json.loads(json_path.read_text(encoding="utf-8")))
     except FileNotFoundError as exc:
-        raise ProfileError(f"No profile at {json_path}.", hint="run `hetcluster profile` or pass --profile FILE.") from exc
+        raise ProfileError(
+            f"No profile at {json_path}.", hint="run `hetcluster profile` or pass --profile FILE."
+        ) from exc
     except (json.JSONDecodeError, TypeError, KeyError) as exc:
         raise ProfileError(f"Profile {json_path} is malformed: {exc}.", hint="re-run `hetcluster profile`.") from exc
 
@@ -194,11 +196,20 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
     # the planner takes rates as plain TensorFlow would train (it divides them by a configuration's
     # plan slowdown itself): a run measured under a plan has its rates multiplied back by that
     # plan's predicted slowdown (1 where it ran plain), so a device's own plan reproduces its measurement
-    devices = [DeviceMeasurement(name=d.name, steps_per_s=d.steps_per_s * d.memory_slowdown, busy_power_w=d.busy_power_w,
-                                 idle_power_w=d.idle_power_w, steps_per_s_std=d.steps_per_s_std * d.memory_slowdown,
-                                 first_step_s=d.first_step_s, startup_s=d.startup_s,
-                                 startup_power_w=d.startup_power_w, class_key=d.device_class)
-               for d in profile.devices]
+    devices = [
+        DeviceMeasurement(
+            name=d.name,
+            steps_per_s=d.steps_per_s * d.memory_slowdown,
+            busy_power_w=d.busy_power_w,
+            idle_power_w=d.idle_power_w,
+            steps_per_s_std=d.steps_per_s_std * d.memory_slowdown,
+            first_step_s=d.first_step_s,
+            startup_s=d.startup_s,
+            startup_power_w=d.startup_power_w,
+            class_key=d.device_class,
+        )
+        for d in profile.devices
+    ]
     runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s / r.memory_slowdown,
                            steps_per_s=r.steps_per_s * r.memory_slowdown,
                            power_w=r.power_w, per_device_steps=dict(r.per_device_steps),

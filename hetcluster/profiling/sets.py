@@ -4,9 +4,7 @@ The planner's analytic model sums solo throughputs; the sets calibrate how far r
 (parameter-server and link contention), so they should span the range of configurations: the
 whole fleet (most contention), the two fastest devices (contention between strong workers), and
 all but the fastest (contention without the dominant worker); then the fastest with the slowest.
-On the planner's accuracy benchmark (benchmarks/planner_accuracy.py, 30 fleets x 3 synthetic
-truths x 4 objectives, seeds 0 and 1) this choice hit the best configuration in 88.1 % / 84.7 %
-of cases against 86.4 % / 83.3 % with the fastest-with-slowest pair in third place.
+That order chose best on the planner's accuracy benchmark (docs/decisions.md#calibration-sets).
 With classes of identical devices (``class_of``), two sets with as many members of each class are
 the same measurement (server+rpi4-1 and server+rpi4-6), so only the first is kept.
 Pure: names and numbers in, tuples of names out.

@@ -23,25 +23,26 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from hetcluster.errors import AgentError, TrainingError
 from hetcluster.fileio import write_json_atomic
 from hetcluster.training.spec import RunResult, TrainSpec
 
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import Inventory
+    from hetcluster.training.launch import LaunchedCluster
+
 log = logging.getLogger(__name__)
 
-# Power sampling rate while a job trains. The emulated agents' power model runs on the coordinator's
-# host and costs CPU: on the 2-core test machine 10 Hz on two devices slowed training to 0.73 of a
-# bare PSS loop, 2 Hz to 0.91, none to 1.01 (benchmarks/ps_overhead.py). The model averages the
-# utilisation over each interval, so fewer samples lose resolution, not energy; runs last minutes.
+# recorders cost an emulating host CPU; fewer samples lose resolution, not energy (docs/decisions.md#train-power-rate)
 TRAIN_POWER_RATE_HZ = 2.0
 
 # on_progress(done, to_do, elapsed_s, power_w): applied steps of this run, its target, seconds, live watts
 ProgressFn = Callable[[int, int, float, float], None]
 
 
-def check_agents(inventory: Any, names: Sequence[str], timeout_s: float = 3.0) -> dict[str, str]:
+def check_agents(inventory: Inventory, names: Sequence[str], timeout_s: float = 3.0) -> dict[str, str]:
     """``{device: reason}`` for every named device whose agent does not answer a health check."""
     missing: dict[str, str] = {}
     for name in names:
@@ -60,7 +61,7 @@ def check_agents(inventory: Any, names: Sequence[str], timeout_s: float = 3.0) -
 class PowerMeter:
     """PowerRecorders on several devices; a device whose stream fails is logged and left out."""
 
-    def __init__(self, inventory: Any, names: Sequence[str], rate_hz: float = 10.0) -> None:
+    def __init__(self, inventory: Inventory, names: Sequence[str], rate_hz: float = 10.0) -> None:
         self._inventory, self._names, self._rate_hz = inventory, list(names), rate_hz
         self._recorders: dict[str, Any] = {}
         self._clients: list[Any] = []
@@ -130,13 +131,13 @@ class SegmentInterrupted(KeyboardInterrupt):
         self.time_s, self.energy_per_device_j = time_s, energy_per_device_j
 
 
-def metered_devices(inventory: Any, chosen: Sequence[str]) -> list[str]:
+def metered_devices(inventory: Inventory, chosen: Sequence[str]) -> list[str]:
     """The chosen devices, plus every other device whose idle power counts toward the job."""
     others = [d.name for d in inventory.devices if d.name not in chosen and inventory.idle_counts(d)]
     return [*chosen, *others]
 
 
-def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
+def run_on_devices(inventory: Inventory, chosen: Sequence[str], spec: TrainSpec, *,
                    on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None,
                    on_launched: Callable[[Any], None] | None = None, round_steps: int = 0,
                    power_rate_hz: float = TRAIN_POWER_RATE_HZ, ready_timeout_s: float = 180.0,
@@ -183,7 +184,7 @@ def run_on_devices(inventory: Any, chosen: Sequence[str], spec: TrainSpec, *,
     return MeasuredRun(list(chosen), result, energies, launch_s)
 
 
-def train_on(launched: Any, chosen: Sequence[str], spec: TrainSpec, meter: PowerMeter, *,
+def train_on(launched: LaunchedCluster, chosen: Sequence[str], spec: TrainSpec, meter: PowerMeter, *,
              on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None, round_steps: int = 0,
              run_timeout_s: float | None = None, log_path: Path | None = None,
              ready: Callable[[], None] | None = None) -> RunResult:
@@ -287,7 +288,7 @@ def copy_checkpoint(checkpoint_path: str | None, target_dir: Path) -> Path:
     return target_dir
 
 
-def stop_stale_tasks(inventory: Any, tasks: dict[str, str]) -> list[str]:
+def stop_stale_tasks(inventory: Inventory, tasks: dict[str, str]) -> list[str]:
     """Stop worker tasks a killed coordinator left on agents; returns the devices that still had one."""
     stopped = []
     for name, task_id in tasks.items():

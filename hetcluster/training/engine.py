@@ -47,8 +47,16 @@ from hetcluster.models.datasets import make_dataset_fn
 from hetcluster.models.registry import build_from_spec
 from hetcluster.tfenv import prepare_tf_env
 from hetcluster.training.servers import address_reachable, free_port, port_bindable
-from hetcluster.training.spec import (ClusterAddresses, RunResult, TrainSpec, barrier_rounds,
-                                      common_steady_steps, loss_curve, steps_past_warmup, warmup_count)
+from hetcluster.training.spec import (
+    ClusterAddresses,
+    RunResult,
+    TrainSpec,
+    barrier_rounds,
+    common_steady_steps,
+    loss_curve,
+    steps_past_warmup,
+    warmup_count,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -56,7 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DEFAULT_ROUND_STEPS = 200
-DONE_CHECK_S = 0.005
+DONE_CHECK_S = 0.005   # a slow check cut fast devices' short windows (docs/decisions.md#round-end-check)
 DEFAULT_ROUND_STEPS_PER_WORKER = 50
 
 # gradient_fn(model, x, y) -> (loss, gradients aligned with model.trainable_variables)
@@ -133,10 +141,10 @@ def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer:
 
     from hetcluster.memory.executor import build_train_step
     from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import spec_graph
 
     m = spec.model
-    plan = plan_for(m.name, m.batch_size, spec.memory_budget_bytes, spec.memory_device_kind,
-                    input_shape=m.input_shape, classes=m.classes)
+    plan = plan_for(spec_graph(m), m.batch_size, spec.memory_budget_bytes, spec.memory_device_kind)
     log.info("memory plan for %d bytes: %s, fits=%s, predicted slowdown %.2f", spec.memory_budget_bytes,
              plan.technique, plan.fits, plan.predicted_slowdown)
     step = build_train_step(model, lambda y, out: tf.nn.compute_average_loss(loss_fn(y, out)), optimizer, plan)
@@ -190,8 +198,10 @@ class _Trainer:
         try:
             self.checkpoint.restore(path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as exc:
-            raise TrainingError(f"Checkpoint {path} does not match model {self.spec.model.name}: {exc}",
-                                hint="use the same --model, --input-shape and --classes, or a new --checkpoint-dir.") from exc
+            raise TrainingError(
+                f"Checkpoint {path} does not match model {self.spec.model.name}: {exc}",
+                hint="use the same --model, --input-shape and --classes, or a new --checkpoint-dir.",
+            ) from exc
         steps = int(self.optimizer.iterations.numpy())
         log.info("restored %s at step %d", path, steps)
         return steps
@@ -214,7 +224,7 @@ class _Trainer:
 
     def _make_step(self, target: int) -> Any:
         """Build the step with ``target`` as a graph constant: a tensor argument would live on the
-        coordinator and cost every closure an extra transfer (measured: ~20 % of small steps)."""
+        coordinator and cost every closure an extra transfer, a fifth of a small step."""
         import tensorflow as tf
 
         strategy, model, optimizer, gradient_fn = self.strategy, self.model, self.optimizer, self.gradient_fn

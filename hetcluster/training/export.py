@@ -112,7 +112,9 @@ def evaluate(model: Any, dataset: Any) -> tuple[float, float, int]:
                                              tf.int32)))
         count += int(labels.shape[0])
     if count == 0:
-        raise TrainingError("The held-out data holds no example.", hint="give --eval-data with examples, or a larger --eval-split.")
+        raise TrainingError(
+            "The held-out data holds no example.", hint="give --eval-data with examples, or a larger --eval-split."
+        )
     return total_loss / count, correct / count, count
 
 

@@ -5,7 +5,8 @@ reserved on the agents first (they hold the port until StartTask, which makes it
 mTLS forwarding port), the parameter server and chief ports are bound on the coordinator host
 (``CoordinatorPlane``), then the PS starts locally and each agent starts its worker, each in a
 namespace of its own on the training plane. Every worker holds a lease that ``LaunchedCluster``
-renews while it lives; a coordinator that dies stops renewing, and the agents stop its workers. The PS is not waited for before the workers start: every server imports TensorFlow first
+renews while it lives; a coordinator that dies stops renewing, and the agents stop its workers. The PS is not waited
+for before the workers start: every server imports TensorFlow first
 (seconds; tens of seconds on a slow board), so they all start side by side and the launch waits
 once (``LaunchedCluster.wait_ready``); with ``wait=False`` the caller starts the training process
 too before that wait. ``LaunchedCluster.stop()`` undoes all of it; it is also the context-manager exit.
@@ -18,12 +19,15 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hetcluster.errors import AgentError, TaskError
 from hetcluster.training.plane import CoordinatorPlane
 from hetcluster.training.servers import LocalServer, one_line_tail, spawn_parameter_servers, wait_until_serving
 from hetcluster.training.spec import ClusterAddresses
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import DeviceEntry
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +131,7 @@ class LaunchedCluster:
         self.stop()
 
 
-def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
+def launch_cluster(devices: Sequence[DeviceEntry], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
                    client_timeout_s: float = 10.0, wait: bool = True, isolation: str = "auto",
                    open_plane: bool | None = None, lease_s: float = LEASE_S) -> LaunchedCluster:
     """Start a worker on each inventory ``DeviceEntry`` in ``devices`` and ``num_ps`` local PS.
@@ -147,7 +151,7 @@ def launch_cluster(devices: Sequence[Any], ps_host: str, *, num_ps: int = 1, rea
         raise
 
 
-def _launch(devices: Sequence[Any], plane: CoordinatorPlane, num_ps: int, ready_timeout_s: float,
+def _launch(devices: Sequence[DeviceEntry], plane: CoordinatorPlane, num_ps: int, ready_timeout_s: float,
             client_timeout_s: float, wait: bool, lease_s: float) -> LaunchedCluster:
     clients = {d.name: d.client(timeout_s=client_timeout_s) for d in devices}
     workers: dict[str, str] = {}
@@ -206,8 +210,11 @@ def _wait_until_listening(launched: LaunchedCluster, deadline: float) -> None:
                                         hint="see the agent's task log on that device.")
         if pending and time.monotonic() > deadline:
             name = next(iter(pending))
-            raise DeviceLaunchError(name, f"The worker on {name} ({pending[name]}) did not listen within "
-                                          f"{launched.ready_timeout_s:.0f} s.", hint="check the device's load and network.")
+            raise DeviceLaunchError(
+                name,
+                f"The worker on {name} ({pending[name]}) did not listen within {launched.ready_timeout_s:.0f} s.",
+                hint="check the device's load and network.",
+            )
         if pending:
             time.sleep(0.2)
 

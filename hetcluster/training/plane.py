@@ -19,7 +19,7 @@ import os
 import socket
 import ssl
 import subprocess
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hetcluster.errors import ConfigError, TrainingError
 from hetcluster.plane import tls
@@ -27,6 +27,9 @@ from hetcluster.plane.host import PlaneChild, PlaneHost
 from hetcluster.plane.isolation import HOW_TO_ALLOW, isolation_problem
 from hetcluster.plane.localspec import local_address, local_ports, local_spec
 from hetcluster.training.spec import ClusterAddresses
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hetcluster.inventory import DeviceEntry
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,9 @@ def _isolation_problem() -> str | None:
     return isolation_problem()
 
 
-def check_training_plane(devices: Sequence[Any], isolation: str = "auto", *, open_plane: bool | None = None) -> str:
+def check_training_plane(
+    devices: Sequence[DeviceEntry], isolation: str = "auto", *, open_plane: bool | None = None
+) -> str:
     """Before any server starts: every device has the mutual-TLS files the plane needs (they load),
     and this host can isolate its TF processes. Returns the isolation ("netns" or "none"; "open"
     on the developer's open plane). Raises ConfigError or TrainingError, one line."""
@@ -82,7 +87,7 @@ class CoordinatorPlane:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def for_devices(cls, devices: Sequence[Any], ps_host: str, *, open_plane: bool | None = None,
+    def for_devices(cls, devices: Sequence[DeviceEntry], ps_host: str, *, open_plane: bool | None = None,
                     isolation: str = "auto") -> "CoordinatorPlane":
         """The plane of a cluster of agent ``devices`` (inventory DeviceEntry), with the PS and
         chief on ``ps_host`` (this machine as the devices see it)."""
@@ -96,7 +101,9 @@ class CoordinatorPlane:
         first = devices[0]
         plane = cls(None, ps_host)
         plane._default_ssl = tls.client_context(first.cert_file, first.key_file, cas)
-        contexts: dict[tuple[str, str], ssl.SSLContext] = {(str(first.cert_file), str(first.key_file)): plane._default_ssl}
+        contexts: dict[tuple[str, str], ssl.SSLContext] = {
+            (str(first.cert_file), str(first.key_file)): plane._default_ssl
+        }
         for device in devices:
             key = (str(device.cert_file), str(device.key_file))
             if key not in contexts:

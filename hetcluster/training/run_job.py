@@ -157,9 +157,19 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         child_tmp = tmpdir / "tmp"
         child_tmp.mkdir()
         env = tf_env(TMPDIR=str(child_tmp))
-        with open(log_path, "wb") as log_file, open(progress_path, encoding="utf-8") as progress, \
-                chief_process(plane, cluster, cmd + (["--wait-for-go"] if ready else []), stdout=log_file,
-                       stderr=subprocess.STDOUT, env=env, stdin=subprocess.PIPE if ready else subprocess.DEVNULL) as child:
+        with (
+            open(log_path, "wb") as log_file,
+            open(progress_path, encoding="utf-8") as progress,
+            chief_process(
+                plane,
+                cluster,
+                cmd + (["--wait-for-go"] if ready else []),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.PIPE if ready else subprocess.DEVNULL,
+            ) as child,
+        ):
             if ready is not None:
                 _release_when_ready(child, ready)
             deadline = time.monotonic() + timeout_s if timeout_s else None

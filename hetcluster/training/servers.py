@@ -224,7 +224,9 @@ def start_local_cluster(worker_names: Sequence[str], plane: "CoordinatorPlane | 
     return addresses, start_local_servers(spec, tasks, timeout_s, plane)
 
 
-def spawn_parameter_servers(cluster_spec: dict[str, list[str]], plane: "CoordinatorPlane | None" = None) -> list[LocalServer]:
+def spawn_parameter_servers(
+    cluster_spec: dict[str, list[str]], plane: "CoordinatorPlane | None" = None
+) -> list[LocalServer]:
     """Every ``ps`` task of ``cluster_spec`` on this host, started but not waited for."""
     return [spawn_local_server(cluster_spec, "ps", index, plane) for index in range(len(cluster_spec.get("ps", [])))]
 

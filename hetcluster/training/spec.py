@@ -106,7 +106,9 @@ def check_optimizer(optimizer: str, learning_rate: float) -> None:
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"Unknown optimizer {optimizer!r}.", hint=f"use --optimizer {' or '.join(OPTIMIZERS)}.")
     if not (math.isfinite(learning_rate) and learning_rate > 0):
-        raise ConfigError(f"--learning-rate {learning_rate} must be a positive number.", hint="e.g. 0.01 for SGD, 0.001 for Adam.")
+        raise ConfigError(
+            f"--learning-rate {learning_rate} must be a positive number.", hint="e.g. 0.01 for SGD, 0.001 for Adam."
+        )
 
 
 @dataclass(frozen=True)
@@ -131,18 +133,13 @@ class TrainSpec:
     spans at least this many seconds, but never beyond ``max_steps`` in all. A fast device then
     gets as long a window as a slow one instead of a few hundredths of a second.
     ``min_window_steps`` > 0 (one worker only: pre-training's solo runs): and until the window holds
-    at least that many completions, within ``max_steps`` likewise — a slow device's window of a few
-    seconds otherwise holds 4–6 steps, which read a median 7.5 % under the rate it then trained at
-    (docs/experiments.md, "Short solo windows read slow"). Ignored for several workers.
+    at least that many completions, within ``max_steps`` likewise: windows of a few steps read slow
+    devices low (docs/decisions.md#min-solo-window-steps). Ignored for several workers.
 
-    ``start_barrier`` (calibration sets): the run's first round is one closure per worker, joined
-    before any other is scheduled, so every worker's slow first step (graph set-up) happens while
-    the others wait instead of while fast workers spend the run's steps — a measurement run's
-    steps are capped, and a 16 s first step on a board let the server take a set's whole share.
-    So are the rest of the warm-up's rounds (:func:`barrier_rounds` in all):
-    every worker passes its own warm-up in step with the others, and the fast ones do not spend
-    the set's steps while a board takes its second and third (a resnet50 set on a server at 5
-    steps/s and a phone at 0.8 took every step of its share before the phone was past them).
+    ``start_barrier`` (calibration sets): the warm-up's rounds (:func:`barrier_rounds`) are one
+    closure per worker each, joined before the next, so every worker's slow first steps (graph
+    set-up) happen while the others wait instead of while fast workers spend the capped run's
+    steps (docs/decisions.md#set-start-barrier).
     """
 
     model: ModelSpec
@@ -165,10 +162,16 @@ class TrainSpec:
     def __post_init__(self) -> None:
         if self.total_steps < 0:
             raise ConfigError(f"total_steps={self.total_steps} is negative.", hint="use --total-steps N >= 0.")
-        if self.min_window_s < 0 or self.min_window_steps < 0 or (self.extends_window and self.max_steps < self.total_steps):
-            raise ConfigError(f"min_window_s={self.min_window_s}, min_window_steps={self.min_window_steps} need both >= 0 and "
-                              f"max_steps >= total_steps ({self.max_steps} < {self.total_steps}) to extend a window.",
-                              hint="give the most steps a measurement run may take.")
+        if (
+            self.min_window_s < 0
+            or self.min_window_steps < 0
+            or (self.extends_window and self.max_steps < self.total_steps)
+        ):
+            raise ConfigError(
+                f"min_window_s={self.min_window_s}, min_window_steps={self.min_window_steps} need both >= 0 and "
+                f"max_steps >= total_steps ({self.max_steps} < {self.total_steps}) to extend a window.",
+                hint="give the most steps a measurement run may take.",
+            )
         if self.checkpoint_every_steps < 0 or self.warmup_steps < 0 or self.warmup_s < 0:
             raise ConfigError("Checkpoint interval and warm-up steps must be >= 0.", hint="fix the values.")
         check_optimizer(self.optimizer, self.learning_rate)
@@ -205,11 +208,9 @@ def warmup_count(ends_s: Sequence[float], warmup_steps: int, warmup_s: float = 0
     more when ``warmup_steps`` is 0: the seconds count from the warm-up steps' end).
 
     With ``at_most_half`` the seconds take at most half of the steps after the warm-up steps: a
-    run that its step cap ended inside them (a fast device's share of a small job's pre-training)
-    is measured over its later half. On recorded resnet50 runs cut to their first 22 steps, that
-    read the server 4 % under its rate from 13 s later alone and 12 % in sets, against 7 % and 29 %
-    after the warm-up steps alone (the seconds in full would leave no window). The engine, sizing a
-    run that is still to be extended, counts the seconds in full."""
+    run that its step cap ended inside them is measured over its later half
+    (docs/decisions.md#warmup-at-most-half). The engine, sizing a run that is still to be
+    extended, counts the seconds in full."""
     count = min(max(warmup_steps, 0), len(ends_s))
     if warmup_s > 0 and count > 0:
         past_seconds = bisect.bisect_right(ends_s, ends_s[count - 1] + warmup_s)
@@ -222,13 +223,8 @@ def steps_past_warmup(by_worker: Mapping[Any, Sequence[tuple[float, float]]], wa
     """Each worker's ``(start, end)`` steps by end time, without its own warm-up (:func:`warmup_count`).
 
     Every worker warms up on its own, as it does alone: its first steps run slow whatever the
-    others do (the emulated server's second resnet50 step took 2x its steady time, a board's
-    second and third 1.3-1.5x). A share of the run's warm-up (``ceil(warmup_steps / workers)``
-    each, until 2026-11-25) opened a three-device set's window at every member's second step:
-    with resnet50 over 9 s windows, that and a span from the window's opening read the members
-    2-37 % (mean 19 %) under their rates later in the same run, against -4 to 16 % (mean 7 %) with
-    the solo run's warm-up per worker (docs/training.md, pre-training step 3), so the sets
-    measured a contention the trainings did not have."""
+    others do, and a set measured from a shared warm-up read a contention the trainings did not
+    have (docs/decisions.md#per-worker-warmup)."""
     kept = {}
     for worker, steps in by_worker.items():
         ordered = sorted(steps, key=lambda step: step[1])

@@ -50,7 +50,10 @@ def main() -> None:
             cap = capacity * (1.0 - OVERHEAD_PER_WORKER * (k - 1))
             x = waterfill(rates[list(subset)], max(cap, rates[list(subset)].max())) if k > 1 else rates[list(subset)]
             x = x * np.exp(rng.normal(0.0, NOISE, x.size))
-            power = sum(DEVICES[i][2] + (DEVICES[i][3] - DEVICES[i][2]) * min(xi / DEVICES[i][1], 1.0) for i, xi in zip(subset, x))
+            power = sum(
+                DEVICES[i][2] + (DEVICES[i][3] - DEVICES[i][2]) * min(xi / DEVICES[i][1], 1.0)
+                for i, xi in zip(subset, x)
+            )
             power *= float(np.exp(rng.normal(0.0, NOISE)))
             total = float(x.sum())
             time_s = STEPS / total
