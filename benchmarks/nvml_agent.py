@@ -17,13 +17,13 @@ credentials and ``power.source = "nvml"``, and prints:
     trapezoid integral of its ``power_w``, and the NVML counter read by this process;
 (4) the stream's delivered rate and sample-to-sample spread under steady load at 10, 50 and
     100 Hz (power taken as the energy counter's delta read 0 W and 3.5 kW in turn at 50 Hz on an
-    H100, whose counter moves every 100 ms: docs/power.md);
+    H100, whose counter moves every 100 ms: docs/decisions.md#nvml-power-reading);
 (5) under the same load, how often the driver updates the energy counter (a tight loop of reads:
     the intervals between changes, the joules per change, the cost of one read), and the spread
     of the driver's own power readings (GetPowerUsage, and the instant field where the driver
     has it) at 10 Hz for comparison.
 
-Figures from an H100 are in docs/power.md ("Measured on a real GPU").
+What its figures decided: docs/decisions.md#nvml-power-reading.
 """
 
 from __future__ import annotations

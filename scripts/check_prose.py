@@ -3,10 +3,12 @@ of the sizes a reader can take in.
 
     python scripts/check_prose.py [ROOT]
 
-Fails (exit 1, one line per finding) where a comment or docstring under hetcluster/ carries a
-session's history ("stop 87"), a date, or a recording count that goes stale by construction; where
-README.md runs over 1,000 words; or where docs/experiments.md runs over 400 lines. Figures belong
-in docs/decisions.md, benchmark output and generated tables.
+Fails (exit 1, one line per finding) where a line under hetcluster/ or a reference page in docs/
+carries a session's history ("stop 87"), a date, or a recording count that goes stale by
+construction; where README.md runs over 1,000 words; or where docs/experiments.md runs over 400
+lines. Figures belong in docs/decisions.md, docs/experiments.md, benchmark output and generated
+tables, so those two pages are not checked for them; nor, until they are rewritten, training.md and
+memory.md.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from pathlib import Path
 STALE = re.compile(r"stop [0-9]+|20[0-9]{2}-[0-9]{2}-[0-9]{2}|[0-9]+ recordings")
 README_MAX_WORDS = 1000
 EXPERIMENTS_MAX_LINES = 400
+FIGURE_PAGES = {"decisions.md", "experiments.md"}
+NOT_YET_CHECKED = {"training.md", "memory.md"}
 
 
 def findings(root: Path) -> list[str]:
     found = []
-    for path in sorted((root / "hetcluster").rglob("*.py")):
-        if "proto" in path.relative_to(root).parts:   # generated
-            continue
+    code = [path for path in sorted((root / "hetcluster").rglob("*.py"))
+            if "proto" not in path.relative_to(root).parts]   # generated
+    pages = [path for path in sorted((root / "docs").glob("*.md")) if path.name not in FIGURE_PAGES | NOT_YET_CHECKED]
+    for path in code + pages:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             match = STALE.search(line)
             if match:
