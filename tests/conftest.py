@@ -8,3 +8,7 @@ from hetcluster.tfenv import prepare_tf_env
 # statistics that the memory tests read (get_memory_info('CPU:0')) only with oneDNN on
 prepare_tf_env()
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+# no test spares another its solo runs: the store of known devices (profiling/known.py) is off
+# unless a test gives its own
+os.environ["HETCLUSTER_MEASUREMENTS"] = "off"

@@ -1,6 +1,7 @@
-"""`hetcluster profile --total-steps N` sizes pre-training for that job (each run's share of a third
-of it), as `plan` does when it pre-trains; without it, the settings' defaults. The phase itself is
-replaced by one that records the settings it was given and returns a recorded profile."""
+"""`hetcluster profile --total-steps N` sizes pre-training for that job (its budget, a share of it),
+as `plan` does when it pre-trains; without it, the settings' defaults; a job too short for its
+budget is refused before anything runs. The phase itself is replaced by one that records the
+settings it was given and returns a recorded profile."""
 
 from __future__ import annotations
 
@@ -40,19 +41,37 @@ def profile(inventory: Path, workdir: Path, *args: str):
                                     "--pretrain-steps", "10", "--warmup-steps", "3", "--workdir", str(workdir), *args])
 
 
-def test_total_steps_gives_each_run_its_share_of_a_third_of_the_job(inventory, tmp_path, given_settings):
-    result = profile(inventory, tmp_path / "job", "--total-steps", "5000")
+def test_total_steps_gives_pretraining_its_budget_stated_up_front(inventory, tmp_path, given_settings):
+    result = profile(inventory, tmp_path / "job", "--total-steps", "5000", "--pretrain-budget", "0.1")
     assert result.exit_code == 0, (result.output, result.exception)
     settings = given_settings[-1]
-    # 3 devices alone + 3 sets share 5000 // 3 steps: 277 each (not 5 × 10)
-    assert (settings.step_cap, settings.max_phase_steps) == (277, 1666)
+    assert (settings.protocol, settings.budget_share, settings.budget_steps) == ("lanes", 0.1, 500)
+    assert "at most 500 of its 5000 steps count toward it" in result.output
     assert (tmp_path / "job" / "profile.json").exists()
+    # the sequential protocol keeps its own caps: 3 devices alone + 3 sets share 5000 // 3 steps
+    result = profile(inventory, tmp_path / "seq", "--total-steps", "5000", "--pretrain-protocol", "sequential")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert (given_settings[-1].step_cap, given_settings[-1].max_phase_steps) == (277, 1666)
 
 
 def test_without_total_steps_the_defaults_hold(inventory, tmp_path, given_settings):
     result = profile(inventory, tmp_path / "job")
     assert result.exit_code == 0, (result.output, result.exception)
-    assert (given_settings[-1].step_cap, given_settings[-1].max_phase_steps) == (50, 0)
+    assert (given_settings[-1].budget_steps, given_settings[-1].budget_share) == (0, 0.0)
+
+
+def test_a_job_too_short_for_its_budget_or_a_budget_out_of_range_is_refused_before_pretraining(
+        inventory, tmp_path, given_settings):
+    from hetcluster.errors import ConfigError
+
+    # 20 % of 40 steps is 8: fewer than a measured window's 3 warm-up and 10 measured steps
+    result = profile(inventory, tmp_path / "job", "--total-steps", "40")
+    assert isinstance(result.exception, ConfigError)
+    assert "too short to plan" in str(result.exception) and "--total-steps 65 or more" in result.exception.hint
+    for share in ("0", "1.5"):
+        result = profile(inventory, tmp_path / "job", "--total-steps", "4000", "--pretrain-budget", share)
+        assert isinstance(result.exception, ConfigError) and "--pretrain-budget" in str(result.exception)
+    assert given_settings == []
 
 
 def test_a_non_positive_total_is_refused_before_pretraining(inventory, tmp_path, given_settings):

@@ -1,4 +1,5 @@
-"""Pre-training on real agents (in-process AgentServers starting real TF workers) with small_cnn."""
+"""Pre-training on real agents (in-process AgentServers starting real TF workers) with small_cnn: the
+sequential protocol here, the one on lanes in test_profiling_lanes.py."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def test_pretraining_measures_a_device_per_class_and_a_set_under_their_memory_pl
     # is 2 steps and the steps of the next WARMUP_S seconds, at most half of those past the 2 (here,
     # at the host's speed, the cap comes first: 24 steps leave a window of 11)
     settings = PretrainSettings(steps_per_run=12, warmup_steps=2, idle_s=1.0, max_sets=1, min_window_s=1.0,
-                                max_steps_per_run=24)
+                                max_steps_per_run=24, protocol="sequential")
     ckpt = str(tmp_path / "ckpt")
     profile = run_pretraining(fleet, spec, ckpt, settings=settings,
                               memory=lambda names: training_memory(spec, budgets, list(names), spec_graph(spec)),

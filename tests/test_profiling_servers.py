@@ -185,7 +185,8 @@ def test_the_opening_runs_steps_do_not_shrink_the_sets_share_of_the_budget(monke
         monkeypatch.setattr(pretrain._Phase, "shared_servers", lambda self: None)
         monkeypatch.setattr(pretrain.time, "sleep", lambda s: None)
         settings = PretrainSettings(steps_per_run=10, warmup_steps=2, warmup_s=0.0, idle_s=0.0,
-                                    max_phase_steps=300, max_steps_per_run=20, max_sets=3, opening_s=opening_s)
+                                    max_phase_steps=300, max_steps_per_run=20, max_sets=3, opening_s=opening_s,
+                                    protocol="sequential")
         inventory = _Inventory()
         inventory.names = ["a", "b", "c"]
         profile = pretrain.run_pretraining(inventory, ModelSpec("small_cnn", (16, 16, 3), 4, 8), "/tmp/unused",

@@ -45,12 +45,21 @@ def test_step_cap_keeps_pretraining_a_third_of_the_job():
     assert step_cap_for_job(10, None, 3) == 0
 
 
-def test_settings_for_a_job_cap_each_run_and_the_phase():
-    sized = PretrainSettings.for_job(10, 3, 500, 3)
+def test_sequential_settings_for_a_job_cap_each_run_and_the_phase():
+    sized = PretrainSettings.for_job(10, 3, 500, 3, protocol="sequential")
     assert (sized.steps_per_run, sized.warmup_steps) == (10, 3)
     assert (sized.max_steps_per_run, sized.max_phase_steps, sized.step_cap) == (27, 166, 27)
-    unsized = PretrainSettings.for_job(10, 3, None, 3)   # no job size: no budget, 5 runs' worth per run
+    unsized = PretrainSettings.for_job(10, 3, None, 3, protocol="sequential")   # no job size: no budget
     assert (unsized.max_phase_steps, unsized.step_cap) == (0, 50)
+
+
+def test_settings_for_a_job_on_lanes_keep_its_budget():
+    sized = PretrainSettings.for_job(10, 3, 500, 3, budget_share=0.2)
+    assert (sized.protocol, sized.budget_share, sized.budget_steps) == ("lanes", 0.2, 100)
+    unsized = PretrainSettings.for_job(10, 3, None, 3)   # no job size: no budget
+    assert (unsized.budget_share, unsized.budget_steps) == (0.0, 0)
+    with pytest.raises(ProfileError, match="protocol"):
+        PretrainSettings(protocol="parallel")
 
 
 def test_a_set_runs_until_its_slowest_member_is_steady_and_the_window_is_long():

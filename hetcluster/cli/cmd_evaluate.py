@@ -74,6 +74,9 @@ def evaluate_command(
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
+    pretrain_budget: float = opt.PRETRAIN_BUDGET,
+    pretrain_protocol: str = opt.PRETRAIN_PROTOCOL,
+    remeasure: bool = opt.REMEASURE,
     workdir: Path = typer.Option(
         Path("hetcluster-eval"), "--workdir", help="Where the profile and each configuration's checkpoints go."
     ),
@@ -120,7 +123,9 @@ def evaluate_command(
             objective=OVERHEAD_OBJECTIVE, inventory=inventory, model=model, model_config=model_config,
             input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, optimizer=optimizer,
             learning_rate=learning_rate, total_steps=total_steps,
-            pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile, deadline=None,
+            pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, pretrain_budget=pretrain_budget,
+            pretrain_protocol=pretrain_protocol, remeasure=remeasure, objectives=tuple(names), workdir=workdir,
+            profile=profile, deadline=None,
             max_power=None, max_energy=None, require=None, exclude=None, device_kind=device_kind, console=console,
             fleet=fleet, prepared=prepared)
         evaluation = run_evaluation(

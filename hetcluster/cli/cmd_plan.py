@@ -43,6 +43,9 @@ def plan_command(
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
+    pretrain_budget: float = opt.PRETRAIN_BUDGET,
+    pretrain_protocol: str = opt.PRETRAIN_PROTOCOL,
+    remeasure: bool = opt.REMEASURE,
     workdir: Path = opt.WORKDIR,
     profile: Optional[Path] = opt.PROFILE,
     deadline: Optional[float] = opt.DEADLINE,
@@ -63,6 +66,7 @@ def plan_command(
                          input_shape=input_shape, classes=classes, batch_size=batch_size, data=data,
                          eval_data=eval_data, eval_split=eval_split, optimizer=optimizer, learning_rate=learning_rate,
                          total_steps=total_steps, pretrain_steps=pretrain_steps, warmup_steps=warmup_steps,
+                         pretrain_budget=pretrain_budget, pretrain_protocol=pretrain_protocol, remeasure=remeasure,
                          workdir=workdir, profile=profile, deadline=deadline, max_power=max_power,
                          max_energy=max_energy, require=require, exclude=exclude, device_kind=device_kind,
                          output_format=output_format,
@@ -79,11 +83,13 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
               model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Inventory = None,
               eval_data: Path | None = None, eval_split: float | None = None, optimizer: str = "sgd",
-              learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None):
+              learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None, pretrain_budget: float = 0.2,
+              pretrain_protocol: str = "lanes", objectives: tuple[str, ...] | None = None, remeasure: bool = False):
     """Validate every option (the data against the model too), then pre-train or load the
     profile, then plan. ``fleet``: the inventory already loaded by the caller (so the agents it
     checked are the ones planned for); ``prepared``: the (ModelSpec, Training) the caller already
-    checked (job_options.model_spec, .training) from these options."""
+    checked (job_options.model_spec, .training) from these options; ``objectives``: those whose
+    choices pre-training keeps apart (default: ``objective``)."""
     from hetcluster.cli.plan_output import FORMATS
     from hetcluster.errors import ConfigError
 
@@ -92,20 +98,28 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
         raise ConfigError(f"Unknown format {output_format!r}.", hint=f"use one of {', '.join(FORMATS)}.")
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
+    opt.check_pretrain_budget(pretrain_budget)
+    from hetcluster.cli.pretraining import PretrainOptions, check_job_fits_budget, profile_paths
+
     if prepared is None:
         spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
         job_training = opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console)
     else:
         spec, job_training = prepared
+    if profile is None and not profile_paths(workdir)[0].exists():   # before any agent is asked
+        check_job_fits_budget(total_steps, PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget,
+                                                           pretrain_protocol))
     fleet = fleet if fleet is not None else opt.load_fleet(inventory, agents_needed=profile is None)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 
-    from hetcluster.cli.pretraining import DeviceBudgets, obtain_profile, planner_inputs
+    from hetcluster.cli.pretraining import DeviceBudgets, PretrainOptions, obtain_profile, planner_inputs
     from hetcluster.planner import plan as make
 
     budgets = DeviceBudgets(fleet, device_kind)
-    measured = obtain_profile(fleet, spec, job_training, workdir, profile, steps_per_run=pretrain_steps,
-                              warmup_steps=warmup_steps, console=console, budgets=budgets, total_steps=total_steps)
+    options = PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget, pretrain_protocol,
+                              tuple(objectives or (objective,)), constraints, reuse_known=not remeasure)
+    measured = obtain_profile(fleet, spec, job_training, workdir, profile, options=options, console=console,
+                              budgets=budgets, total_steps=total_steps)
     if measured.pretrain_steps >= total_steps:
         raise ConfigError(f"Pre-training already took {measured.pretrain_steps} steps of the {total_steps} asked for.",
                           hint="raise --total-steps or lower --pretrain-steps.")

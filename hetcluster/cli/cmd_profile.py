@@ -26,27 +26,40 @@ def profile_command(
     learning_rate: float = opt.LEARNING_RATE,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
+    pretrain_budget: float = opt.PRETRAIN_BUDGET,
+    pretrain_protocol: str = opt.PRETRAIN_PROTOCOL,
+    remeasure: bool = opt.REMEASURE,
     workdir: Path = opt.WORKDIR,
     device_kind: Optional[str] = opt.DEVICE_KIND,
     total_steps: Optional[int] = typer.Option(
         None, "--total-steps", "-n",
-        help="Steps of the whole job this profile is for: pre-training then takes up to a third of them "
-             "(default: runs of up to 5 × --pretrain-steps, no phase budget)."),
+        help="Steps of the whole job this profile is for: pre-training then keeps to --pretrain-budget of it, "
+             "and measures a calibration set beyond the fleet's runs only while some objective's choice is a "
+             "near-tie (default: no job size, no budget, every set)."),
 ) -> None:
     """Pre-train the job on every device alone and on calibration sets; save the profile."""
-    from hetcluster.cli.pretraining import DeviceBudgets, run_pretraining_with_display
+    from hetcluster.cli.pretraining import (
+        DeviceBudgets,
+        PretrainOptions,
+        check_job_fits_budget,
+        run_pretraining_with_display,
+    )
     from hetcluster.cli.signals import sigterm_as_interrupt
+    from hetcluster.planner.objectives import OBJECTIVES
 
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
+    opt.check_pretrain_budget(pretrain_budget)
+    options = PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget, pretrain_protocol, tuple(OBJECTIVES),
+                              reuse_known=not remeasure)
+    check_job_fits_budget(total_steps, options)
     console = make_console()
     spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
     job_training = opt.training(data, None, eval_split, optimizer, learning_rate, spec, console)
     fleet = opt.load_fleet(inventory)
     with sigterm_as_interrupt():  # as Ctrl-C: pre-training stops the servers it started
-        profile = run_pretraining_with_display(fleet, spec, job_training, workdir, steps_per_run=pretrain_steps,
-                                               warmup_steps=warmup_steps, console=console, total_steps=total_steps,
-                                               budgets=DeviceBudgets(fleet, device_kind))
+        profile = run_pretraining_with_display(fleet, spec, job_training, workdir, options=options, console=console,
+                                               total_steps=total_steps, budgets=DeviceBudgets(fleet, device_kind))
     table = Table(title=f"pre-training profile: {spec.name} batch {spec.batch_size}")
     for column in ("devices", "steps/s", "power (W)", "idle (W)", "steps", "time (s)", "memory plan"):
         table.add_column(column, justify="left" if column in ("devices", "memory plan") else "right")

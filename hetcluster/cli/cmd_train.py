@@ -65,6 +65,9 @@ def train_command(
     total_steps: int = opt.TOTAL_STEPS,
     pretrain_steps: int = opt.PRETRAIN_STEPS,
     warmup_steps: int = opt.WARMUP_STEPS,
+    pretrain_budget: float = opt.PRETRAIN_BUDGET,
+    pretrain_protocol: str = opt.PRETRAIN_PROTOCOL,
+    remeasure: bool = opt.REMEASURE,
     workdir: Path = opt.WORKDIR,
     profile: Optional[Path] = opt.PROFILE,
     deadline: Optional[float] = opt.DEADLINE,
@@ -107,6 +110,7 @@ def train_command(
     prepared = None
     if not resume:  # the model and the data are checked before any agent is asked anything
         opt.check_objective(objective)
+        opt.check_pretrain_budget(pretrain_budget)
         spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
         prepared = (spec, opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console))
         from hetcluster.cli.pretraining import check_profile_file
@@ -121,7 +125,8 @@ def train_command(
                 objective=objective, inventory=inventory, model=model, model_config=model_config,
                 input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, eval_data=eval_data,
                 eval_split=eval_split, optimizer=optimizer, learning_rate=learning_rate, total_steps=total_steps,
-                pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, workdir=workdir, profile=profile,
+                pretrain_steps=pretrain_steps, warmup_steps=warmup_steps, pretrain_budget=pretrain_budget,
+                pretrain_protocol=pretrain_protocol, remeasure=remeasure, workdir=workdir, profile=profile,
                 deadline=deadline, max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                 device_kind=device_kind, prepared=prepared))
         train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,

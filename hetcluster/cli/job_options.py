@@ -57,6 +57,22 @@ LEARNING_RATE = typer.Option(0.01, "--learning-rate", help="The optimizer's lear
 TOTAL_STEPS = typer.Option(600, "--total-steps", "-n", help="Steps of the whole job, pre-training included.")
 PRETRAIN_STEPS = typer.Option(20, "--pretrain-steps", help="Steps per pre-training run (warm-up included).")
 WARMUP_STEPS = typer.Option(4, "--warmup-steps", help="Steps per pre-training run excluded from timings.")
+PRETRAIN_BUDGET = typer.Option(
+    0.2,
+    "--pretrain-budget",
+    help="The share of the job pre-training may take (0 < F < 1, default 0.2): at most this share of "
+         "--total-steps count toward the job (its other steps are measurement only), and a calibration set "
+         "beyond the fleet's runs only while it fits this share of the job's predicted time.",
+)
+PRETRAIN_PROTOCOL = typer.Option(
+    "lanes", "--pretrain-protocol", hidden=True,
+    help="lanes, or sequential: one run at a time with an opening run and the fastest measured twice "
+         "(benchmarks/pretraining_cost.py and the experiments compare them).",
+)
+REMEASURE = typer.Option(
+    False, "--remeasure",
+    help="Measure every device alone again, even one measured for this job within the last week.",
+)
 WORKDIR = typer.Option(Path("hetcluster-run"), "--workdir", help="Where the profile and the job's checkpoints go.")
 PROFILE = typer.Option(None, "--profile", help="Use this pre-training profile (JSON) instead of pre-training.")
 OBJECTIVE = typer.Option("edp", "--objective", help="What to minimise: time, power, energy or edp.")
@@ -163,6 +179,14 @@ def check_total_steps(total_steps: int | None) -> int | None:
     if total_steps is not None and total_steps < 1:
         raise ConfigError(f"--total-steps {total_steps} must be positive.", hint="give the job's number of steps.")
     return total_steps
+
+
+def check_pretrain_budget(share: float) -> float:
+    """A --pretrain-budget: a share strictly between 0 and 1."""
+    if not 0 < share < 1:
+        raise ConfigError(f"--pretrain-budget {share:g} is not a share of the job.",
+                          hint="give a number between 0 and 1, e.g. --pretrain-budget 0.2.")
+    return share
 
 
 def check_device_kind(device_kind: str | None) -> str | None:

@@ -31,14 +31,28 @@ def profile_paths(workdir: Path) -> tuple[Path, Path]:
     return workdir / "profile.json", workdir / "checkpoints"
 
 
+@dataclasses.dataclass(frozen=True)
+class PretrainOptions:
+    """How a command pre-trains: steps per run and their warm-up, the budget (a share of the job),
+    the protocol (profiling.pretrain.PROTOCOLS), and the objectives and constraints whose choice
+    decides whether a further calibration set is worth its seconds (none: every set)."""
+
+    steps_per_run: int = 20
+    warmup_steps: int = 4
+    budget_share: float = 0.2
+    protocol: str = "lanes"
+    objectives: tuple[str, ...] = ()
+    constraints: tuple[Any, ...] = ()
+    reuse_known: bool = True   # devices measured for this job before are not measured alone again
+
+
 def run_pretraining_with_display(
     fleet: Inventory,
     spec: ModelSpec,
     training: Training,
     workdir: Path,
     *,
-    steps_per_run: int,
-    warmup_steps: int,
+    options: PretrainOptions,
     console: Console,
     budgets: "DeviceBudgets",
     device_names: list[str] | None = None,
@@ -57,9 +71,12 @@ def run_pretraining_with_display(
     check_writable(profile_path)   # before the runs, not after them
     if spec.keras_config is not None:  # a user's model, built once here in safe mode (its memory graph kept):
         spec_graph(spec)                # a config the training processes would refuse fails now
-    settings = PretrainSettings.for_job(steps_per_run, warmup_steps, total_steps,
+    settings = PretrainSettings.for_job(options.steps_per_run, options.warmup_steps, total_steps,
                                         solo_run_count(fleet, device_names or fleet.names),
-                                        optimizer=training.optimizer, learning_rate=training.learning_rate)
+                                        optimizer=training.optimizer, learning_rate=training.learning_rate,
+                                        budget_share=options.budget_share, protocol=options.protocol)
+    settings = dataclasses.replace(settings, reuse_known=options.reuse_known)
+    console.print(budget_line(settings, total_steps), markup=False, highlight=False, soft_wrap=True)
     plans: dict[frozenset, TrainingMemory] = {}
 
     def memory(names: Any) -> TrainingMemory:  # a device's budget is asked when it first runs: past its health check
@@ -68,36 +85,14 @@ def run_pretraining_with_display(
             plans[key] = training_memory(spec, budgets.of(names), list(names), spec_graph(spec))
         return plans[key]
 
-    # the phase's run count is known only once the solo rates have chosen the sets: "7/?" until then
+    open_choice = None
+    if options.objectives and total_steps:
+        open_choice = _choice_check(fleet, spec, total_steps, budgets, options)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
-        overall = progress.add_task("pre-training runs", total=None)
-        current: dict[str, Any] = {}
-
-        def run_label(details: dict[str, Any]) -> str:
-            plan = details.get("memory_plan") or getattr(details.get("result"), "memory_plan", "")
-            opening = " (opening: warms the workers, not measured)" if details.get("what") == "opening" else ""
-            return "+".join(details["devices"]) + (f" (memory plan {plan})" if plan else "") + opening
-
-        def on_event(kind: str, details: dict[str, Any]) -> None:
-            if kind == "run_start":
-                current["task"] = progress.add_task(f"  run {run_label(details)}", total=details["steps"])
-            elif kind == "progress" and "task" in current:
-                progress.update(current["task"], completed=details["done"], total=details["to_do"])
-            elif kind == "run_done" and "task" in current:
-                lost = f" (lost: {', '.join(details['lost'])})" if details.get("lost") else ""
-                progress.update(current["task"], description=f"  run {run_label(details)}: "
-                                f"{details['steps_per_s']:.2f} steps/s{lost}")
-                progress.advance(overall)
-            elif kind == "idle":
-                watts = ", ".join(f"{n} {w:.1f} W" for n, w in details["idle_power_w"].items())
-                progress.console.print(f"idle power: {watts}")
-            elif kind == "excluded":
-                who = details.get("device") or "+".join(details.get("run", []))
-                progress.console.print(f"[yellow]warning:[/] excluded {who}: {details['reason']}")
-
         profile = run_pretraining(fleet, spec, str(checkpoint_dir), data=training.data, settings=settings,
-                                  device_names=device_names, on_event=on_event, memory=memory)
+                                  device_names=device_names, on_event=_display(progress), memory=memory,
+                                  open_choice=open_choice)
     profile.training = training.recorded()
     save_profile(profile, profile_path)
     console.print(f"pre-training: {profile.pretrain_steps} steps in {profile.pretrain_time_s:.1f} s, "
@@ -105,6 +100,76 @@ def run_pretraining_with_display(
     for line in class_copy_lines(profile):
         console.print(line)
     return profile
+
+
+def budget_line(settings: Any, total_steps: int | None) -> str:
+    """What pre-training may take, said before it starts."""
+    if settings.protocol != "lanes":
+        return "pre-training: one run at a time (sequential protocol)"
+    if not total_steps or settings.budget_share <= 0:
+        return "pre-training: every device alone, then the calibration sets (no job size: no budget)"
+    return (f"pre-training budget: {settings.budget_share:.0%} of the job — at most {settings.budget_steps} of its "
+            f"{total_steps} steps count toward it, and a calibration set beyond the fleet's runs only while it "
+            f"fits {settings.budget_share:.0%} of the job's predicted time")
+
+
+def _display(progress: Progress) -> Any:
+    """The phase's events on a rich display: a bar per run (runs on lanes train at once)."""
+    overall = progress.add_task("pre-training runs", total=None)
+    bars: dict[str, Any] = {}
+
+    def run_label(details: dict[str, Any]) -> str:
+        plan = details.get("memory_plan") or getattr(details.get("result"), "memory_plan", "")
+        opening = " (opening: warms the workers, not measured)" if details.get("what") == "opening" else ""
+        return "+".join(details["devices"]) + (f" (memory plan {plan})" if plan else "") + opening
+
+    def on_event(kind: str, details: dict[str, Any]) -> None:
+        key = "+".join(details.get("devices", ()))
+        if kind == "run_start":
+            bars[key] = progress.add_task(f"  run {run_label(details)}", total=details["steps"])
+        elif kind == "progress" and key in bars:
+            progress.update(bars[key], completed=details["done"], total=details["to_do"])
+        elif kind == "run_done" and key in bars:
+            lost = f" (lost: {', '.join(details['lost'])})" if details.get("lost") else ""
+            progress.update(bars.pop(key), description=f"  run {run_label(details)}: "
+                            f"{details['steps_per_s']:.2f} steps/s{lost}")
+            progress.advance(overall)
+        elif kind == "idle":
+            watts = ", ".join(f"{n} {w:.1f} W" for n, w in details["idle_power_w"].items())
+            progress.console.print(f"idle power: {watts}")
+        elif kind == "plan":
+            progress.console.print(details["line"], markup=False, highlight=False)
+        elif kind == "excluded":
+            who = details.get("device") or "+".join(details.get("run", []))
+            progress.console.print(f"[yellow]warning:[/] excluded {who}: {details['reason']}")
+
+    return on_event
+
+
+def _choice_check(fleet: Inventory, spec: ModelSpec, total_steps: int, budgets: "DeviceBudgets",
+                  options: PretrainOptions) -> Any:
+    """The planner's opinion of a profile so far (profiling.lane_phase.ChoiceFn): open while some
+    objective's choice has a near-tie; the training time it predicts for the rest of the job."""
+    from hetcluster.errors import PlanningError
+    from hetcluster.planner import plan as make
+    from hetcluster.profiling.lane_phase import ChoiceCheck
+
+    def check(profile: Profile) -> ChoiceCheck:
+        devices, runs, job = planner_inputs(profile, fleet, spec, total_steps, budgets)
+        ties, training_s = [], 0.0
+        for objective in options.objectives:
+            try:
+                plan = make(devices, runs, job, objective, options.constraints)
+            except PlanningError:
+                continue
+            training_s = max(training_s, float(plan.chosen_row["time_s"]) - job.pretrain_time_s)
+            near = plan.near_ties(limit=1)
+            if len(near):
+                ties.append(f"{objective}: {'+'.join(plan.chosen)} and {'+'.join(near.iloc[0]['devices'])}")
+        why = "near-tie " + "; ".join(ties) if ties else f"a clear choice for {', '.join(options.objectives)}"
+        return ChoiceCheck(bool(ties), training_s, why)
+
+    return check
 
 
 def class_copy_lines(profile: Profile) -> list[str]:
@@ -124,13 +189,14 @@ def obtain_profile(
     workdir: Path,
     profile: Path | None,
     *,
-    steps_per_run: int,
-    warmup_steps: int,
+    options: PretrainOptions,
     console: Console,
     budgets: "DeviceBudgets",
     total_steps: int | None = None,
 ) -> Any:
-    """The profile given with --profile, else a fresh pre-training run."""
+    """The profile given with --profile, else the workdir's when it measured this job on this fleet
+    and nothing trained on from its checkpoint since (``plan`` then ``train``), else a fresh
+    pre-training run."""
     from hetcluster.profiling.profile import load_profile
 
     if profile is not None:
@@ -138,9 +204,59 @@ def obtain_profile(
         check_profile_job(loaded, spec, profile, training)
         _adopt_memory_graph(loaded, spec)
         return loaded
-    return run_pretraining_with_display(fleet, spec, training, workdir, steps_per_run=steps_per_run,
-                                        warmup_steps=warmup_steps, console=console, budgets=budgets,
-                                        total_steps=total_steps)
+    reused = workdir_profile(workdir, fleet, spec, training)
+    if reused is not None:
+        import time
+
+        age_min = max(0.0, time.time() - reused.created_wall_s) / 60
+        console.print(f"pre-training: reusing {profile_paths(workdir)[0]} ({reused.pretrain_steps} steps, made "
+                      f"{age_min:.0f} min ago for this job and fleet); delete it to measure again",
+                      markup=False, highlight=False, soft_wrap=True)
+        _adopt_memory_graph(reused, spec)
+        return reused
+    check_job_fits_budget(total_steps, options)
+    return run_pretraining_with_display(fleet, spec, training, workdir, options=options, console=console,
+                                        budgets=budgets, total_steps=total_steps)
+
+
+def workdir_profile(workdir: Path, fleet: Inventory, spec: ModelSpec, training: Training) -> Any:
+    """The profile in ``workdir`` when it measured this job (model, input, batch, data, optimizer)
+    on this fleet's devices and its checkpoint still stands where pre-training left it; else None."""
+    from hetcluster.errors import ProfileError
+    from hetcluster.profiling.profile import load_profile
+    from hetcluster.training.checkpoints import checkpoint_steps
+
+    path, checkpoint_dir = profile_paths(workdir)
+    if not path.exists():
+        return None
+    try:
+        found = load_profile(path)
+        check_profile_job(found, spec, path, training)
+    except ProfileError:
+        return None
+    measured = {d.name for d in found.devices} | set(found.excluded)
+    if measured != set(fleet.names) or getattr(found, "training", None) is None:
+        return None
+    if checkpoint_steps(found.checkpoint_dir or checkpoint_dir) != found.pretrain_steps:
+        return None   # a job trained on from it: its checkpoint is no longer pre-training's
+    return found
+
+
+def check_job_fits_budget(total_steps: int | None, options: PretrainOptions) -> None:
+    """Before any server starts: a job whose budget holds no measured window is refused."""
+    from hetcluster.errors import ConfigError
+    from hetcluster.profiling.pretrain import MIN_SOLO_WINDOW_STEPS, budget_steps
+
+    if not total_steps or options.protocol != "lanes":
+        return
+    budget = budget_steps(total_steps, options.budget_share)
+    needed = options.warmup_steps + MIN_SOLO_WINDOW_STEPS
+    if budget < needed:
+        least = -(-needed * 100 // round(options.budget_share * 100))
+        raise ConfigError(
+            f"A job of {total_steps} steps is too short to plan: its pre-training budget "
+            f"({options.budget_share:.0%}, {budget} steps) holds no measured window ({needed} steps).",
+            hint=f"give --total-steps {least} or more, a larger --pretrain-budget, or a --profile of this job.")
 
 
 def check_profile_file(path: Path | None, spec: ModelSpec, training: Training) -> None:

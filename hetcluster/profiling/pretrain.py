@@ -54,6 +54,7 @@ from hetcluster.errors import AgentError, HetclusterError, ProfileError
 from hetcluster.memory.fit import TrainingMemory
 from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
+from hetcluster.profiling import known
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
 from hetcluster.profiling.sets import calibration_sets, class_unit
 from hetcluster.training.checkpoints import checkpoint_steps
@@ -61,6 +62,7 @@ from hetcluster.training.spec import barrier_rounds
 
 if TYPE_CHECKING:  # pragma: no cover
     from hetcluster.inventory import Inventory
+    from hetcluster.profiling.lane_phase import ChoiceFn
     from hetcluster.profiling.profile import DeviceProfile
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,8 @@ OPENING_S = 10.0
 MIN_SOLO_WINDOW_STEPS = 10
 
 # on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
-# its step stamps included), "progress"; a run's events carry "what": "opening" for the opening run
-# (step 3, not measured), "" for the others
+# its step stamps included), "progress", "plan" (a "line" saying what the phase does next and why); a
+# run's events carry "what": "opening" for the opening run (step 3, not measured), "" for the others
 EventFn = Callable[[str, dict[str, Any]], None]
 
 # memory(devices) → the memory plan a run of those devices trains under, as training would run
@@ -87,6 +89,12 @@ EventFn = Callable[[str, dict[str, Any]], None]
 # for plain TensorFlow). None: every run plain TensorFlow.
 MemoryFn = Callable[[Sequence[str]], TrainingMemory]
 PLAIN = TrainingMemory()
+
+PROTOCOLS = ("lanes", "sequential")
+# the share of a job pre-training may take (docs/decisions.md#pretrain-budget)
+DEFAULT_BUDGET_SHARE = 0.2
+# idle power holds still: 20 samples at PRETRAIN_POWER_RATE_HZ read it as well as 30
+LANES_IDLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,10 @@ class PretrainSettings:
     optimizer: str = "sgd"
     run_timeout_s: float = 600.0
     ready_timeout_s: float = 120.0
+    protocol: str = "lanes"        # "lanes" (lane_phase.py), or "sequential": one run at a time, as steps 3-5 above
+    budget_share: float = 0.0      # the share of the job pre-training may take (--pretrain-budget); 0: no budget
+    budget_steps: int = 0          # of the job's steps, at most this many count toward it (0: no budget)
+    reuse_known: bool = True       # a device measured alone for this job before is not measured again (known.py)
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0:
@@ -124,6 +136,9 @@ class PretrainSettings:
             )
         if self.min_window_steps < 0:
             raise ProfileError(f"min_window_steps={self.min_window_steps} is negative.", hint="give 0 steps or more.")
+        if self.protocol not in PROTOCOLS:
+            raise ProfileError(f"Unknown pre-training protocol {self.protocol!r}.",
+                               hint=f"use {' or '.join(PROTOCOLS)}.")
         if min(self.min_window_s, self.max_window_s, self.warmup_s, self.opening_s) < 0:
             raise ProfileError(f"min_window_s={self.min_window_s}, max_window_s={self.max_window_s}, "
                                f"warmup_s={self.warmup_s} or opening_s={self.opening_s} is negative.",
@@ -131,15 +146,22 @@ class PretrainSettings:
 
     @classmethod
     def for_job(cls, steps_per_run: int, warmup_steps: int, total_steps: int | None,
-                solo_runs: int, *, optimizer: str = "sgd", learning_rate: float = 0.01) -> "PretrainSettings":
+                solo_runs: int, *, optimizer: str = "sgd", learning_rate: float = 0.01,
+                budget_share: float = DEFAULT_BUDGET_SHARE, protocol: str = "lanes") -> "PretrainSettings":
         """The settings for a job of ``total_steps`` whose pre-training measures ``solo_runs`` devices
-        alone (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use): each run capped at its
-        share of the phase's budget (step_cap_for_job), the phase at a third of the job
-        (phase_budget_steps), shared by the solo runs and the settings' ``max_sets`` sets; no job
-        size, no budget."""
-        return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
-                   max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, solo_runs, cls.max_sets),
-                   max_phase_steps=phase_budget_steps(total_steps), optimizer=optimizer, learning_rate=learning_rate)
+        alone (solo_run_count; what `profile`, `plan`, `train` and `evaluate` use). On lanes: at most
+        ``budget_share`` of the job's steps count toward it, and the sets' seconds stay within that
+        share of its time (lane_phase.py). Sequential: each run capped at its share of the phase's
+        budget (step_cap_for_job), the phase at a third of the job (phase_budget_steps), shared by the
+        solo runs and the settings' ``max_sets`` sets. No job size, no budget."""
+        if protocol == "sequential":
+            return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps,
+                       max_steps_per_run=step_cap_for_job(steps_per_run, total_steps, solo_runs, cls.max_sets),
+                       max_phase_steps=phase_budget_steps(total_steps), optimizer=optimizer,
+                       learning_rate=learning_rate, protocol=protocol)
+        return cls(steps_per_run=steps_per_run, warmup_steps=warmup_steps, optimizer=optimizer, idle_s=LANES_IDLE_S,
+                   learning_rate=learning_rate, protocol=protocol, budget_share=budget_share if total_steps else 0.0,
+                   budget_steps=budget_steps(total_steps, budget_share))
 
     @property
     def step_cap(self) -> int:
@@ -187,6 +209,11 @@ class PretrainSettings:
         return len(members) * barrier_rounds(self.warmup_steps) + math.ceil(sum(r * span_s for r in rates))
 
 
+def budget_steps(total_steps: int | None, share: float) -> int:
+    """Of a job of ``total_steps``, how many of pre-training's steps may count toward it (0: no job size)."""
+    return int((total_steps or 0) * share)
+
+
 def phase_budget_steps(total_steps: int | None) -> int:
     """The most steps the whole pre-training phase may take: a third of the job (0: no budget)."""
     return (total_steps or 0) // 3
@@ -218,6 +245,8 @@ class _Phase:
         self.checkpoint_path: str | None = None
         self.cluster: Any = None   # the phase's LaunchedCluster (shared_servers), None until the first run
         self.loss_curve: list[dict[str, float]] = []   # every run's, in step order (the job's curve starts here)
+        self.infos: dict[str, Any] = {}   # each recorded device's DeviceInfo (None where the agent did not say)
+        self.start_wall_s = time.time()
 
     def exclude(self, name: str, reason: str) -> None:
         if name not in self.excluded:
@@ -240,6 +269,11 @@ class _Phase:
             except AgentError as error:
                 self.exclude(name, f"power stream failed: {error}")
                 continue
+            try:
+                self.infos[name] = client.device_info()
+            except AgentError as error:
+                log.info("%s: no device info (%s)", name, error)
+                self.infos[name] = None
             ready.append(name)
         return ready
 
@@ -283,51 +317,80 @@ class _Phase:
         """The memory plan a run of ``names`` trains under."""
         return self.memory_of(names) if self.memory_of is not None else PLAIN
 
-    def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
-                window_s: float | None = None, what: str = "") -> tuple[Any, float, float]:
-        """Train ``steps`` (default ``steps_per_run``) more steps on ``names``, more while the
-        window is shorter than ``window_s`` (default ``min_window_s``; with several devices: until
-        every one trains steadily in it), never more than ``cap`` (default ``step_cap``); return
-        (RunResult, t0, t1) of its window. ``what`` labels the run in its events ("opening")."""
-        from hetcluster.training.run_job import run_in_subprocess
+    def run_spec(self, names: Sequence[str], steps: int, cap: int | None = None, window_s: float | None = None, *,
+                 base_steps: int | None = None, checkpoint_dir: str | None = None) -> Any:
+        """The TrainSpec of a measurement run of ``names``: ``steps`` more steps past ``base_steps``
+        (default the phase's count), more while the window is shorter than ``window_s`` (default
+        ``min_window_s``; with several devices: until every one trains steadily in it), never more
+        than ``cap`` (default ``step_cap``), continuing ``checkpoint_dir`` (default the phase's)."""
         from hetcluster.training.spec import TrainSpec
 
         settings = self.settings
-        steps = steps or settings.steps_per_run
+        base = self.steps_total if base_steps is None else base_steps
         memory = self.memory(names)
-        spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
+        return TrainSpec(model=self.model, total_steps=base + steps, data=self.data,
                          memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
-                         checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
+                         checkpoint_dir=checkpoint_dir or self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          optimizer=settings.optimizer,
                          min_window_s=settings.min_window_s if window_s is None else window_s,
                          min_window_steps=settings.min_window_steps if len(names) == 1 else 0,
-                         max_steps=self.steps_total + max(steps, cap or settings.step_cap),
+                         max_steps=base + max(steps, cap or settings.step_cap),
                          start_barrier=len(names) > 1)
-        self.on_event("run_start", {"devices": list(names), "steps": steps, "memory_plan": memory.technique,
-                                    "what": what})
+
+    def train(self, names: Sequence[str], spec: Any, addresses: Any, *, what: str = "",
+              ready: Callable[[], None] | None = None) -> Any:
+        """One run of ``names`` on ``addresses`` of the phase's servers; its events; the RunResult.
+        ``spec`` may be a function (run_in_subprocess), called once ``ready`` has returned. The
+        phase's step count and checkpoint are the caller's to update."""
+        from hetcluster.training.run_job import run_in_subprocess
+
+        memory = self.memory(names)
+
+        def started() -> None:
+            if ready is not None:
+                ready()
+            self.on_event("run_start", {"devices": list(names), "steps": self.settings.steps_per_run,
+                                        "memory_plan": memory.technique, "what": what})
+
+        if ready is None:
+            started()
+        result = run_in_subprocess(
+            spec, addresses, timeout_s=self.settings.run_timeout_s, plane=self.cluster.plane,
+            ready=started if ready is not None else None,
+            on_progress=lambda done, to_do, el: self.on_event(
+                "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
+        self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
+                                   "lost": list(result.lost_workers), "result": result, "what": what})
+        return result
+
+    def adopt(self, result: Any) -> None:
+        """A run's steps count toward the job: the phase continues from its checkpoint."""
+        self.steps_total = result.steps_total
+        self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
+        self.loss_curve += result.loss_curve
+
+    def measure(self, names: Sequence[str], steps: int | None = None, cap: int | None = None,
+                window_s: float | None = None, what: str = "") -> tuple[Any, float, float]:
+        """Train ``steps`` (default ``steps_per_run``) more steps on ``names`` (run_spec) on the
+        phase's shared servers, continuing the phase's checkpoint; return (RunResult, t0, t1) of
+        its window. ``what`` labels the run in its events ("opening")."""
+        spec = self.run_spec(names, steps or self.settings.steps_per_run, cap, window_s)
         cluster = self.shared_servers()
         missing = [n for n in names if n not in cluster.addresses.workers]
         if missing:
             raise ProfileError(f"No TF worker runs on {', '.join(missing)} in this pre-training "
                                f"({self.excluded.get(missing[0], 'not launched')}).")
         try:
-            result = run_in_subprocess(
-                spec, cluster.addresses.subset(names), timeout_s=settings.run_timeout_s, plane=cluster.plane,
-                on_progress=lambda done, to_do, el: self.on_event(
-                    "progress", {"devices": list(names), "done": done, "to_do": to_do, "elapsed_s": el}))
+            result = self.train(names, spec, cluster.addresses.subset(names), what=what)
         except HetclusterError:
             # a failed run keeps only what its checkpoint holds; its servers may be left dead or
             # half-used, so the next run launches them afresh
             self.steps_total = checkpoint_steps(self.checkpoint_dir)
             self.stop_servers()
             raise
-        self.steps_total = result.steps_total
-        self.checkpoint_path = result.checkpoint_path or self.checkpoint_path
-        self.loss_curve += result.loss_curve
+        self.adopt(result)
         t0, t1, _ = result.measurement_window()
-        self.on_event("run_done", {"devices": list(names), "steps_per_s": result.steps_per_s,
-                                   "lost": list(result.lost_workers), "result": result, "what": what})
         return result, t0, t1
 
 
@@ -444,18 +507,26 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
 def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run") -> tuple[DeviceProfile, int] | None:
     """Train ``name`` alone (``_Phase.measure``'s defaults) and return its DeviceProfile with the
     steps the run applied; None, the device excluded, when the run fails or loses it."""
-    memory = phase.memory([name])
     try:
-        result, t0, t1 = phase.measure([name])
+        result, _, _ = phase.measure([name])
     except HetclusterError as error:
         phase.exclude(name, f"{what} failed: {error}")
         return None
+    device = solo_device_profile(phase, name, result, idle_w, what)
+    return None if device is None else (device, result.steps_applied)
+
+
+def solo_device_profile(phase: _Phase, name: str, result: Any, idle_w: float,
+                        what: str = "solo run") -> DeviceProfile | None:
+    """The DeviceProfile a solo run of ``name`` measured; None, the device excluded, when the run lost it."""
     if result.lost_workers:
         phase.exclude(name, f"lost during its {what}")
         return None
+    memory = phase.memory([name])
+    t0, t1, _ = result.measurement_window()
     recorder = phase.recorders[name]
     first_step_s, startup_s = _startup(result)
-    device = DeviceProfile(
+    return DeviceProfile(
         name=name, steps_per_s=result.steps_per_s, steps_per_s_std=_rate_std(result),
         busy_power_w=recorder.mean_power_w(t0, t1), idle_power_w=idle_w,
         steps=result.measurement_window()[2], time_s=t1 - t0, energy_j=recorder.energy_j(t0, t1),
@@ -464,7 +535,6 @@ def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run
         startup_power_w=_startup_power_w(recorder, result, first_step_s, startup_s),
         solo_rates_steps_per_s=[result.steps_per_s], memory_slowdown=memory.slowdown, memory_plan=memory.technique,
         solo_window_ends_s=[result.window_ends_s()])
-    return device, result.steps_applied
 
 
 def pool_solo_windows(first: DeviceProfile, second: DeviceProfile) -> DeviceProfile:
@@ -532,14 +602,18 @@ def class_copies(measured: Sequence[DeviceProfile], names: Sequence[str], class_
 
 def run_pretraining(inventory: Inventory, model: ModelSpec, checkpoint_dir: str, *, data: DataSource | None = None,
                     settings: PretrainSettings | None = None, device_names: Sequence[str] | None = None,
-                    on_event: EventFn | None = None, memory: MemoryFn | None = None) -> Profile:
+                    on_event: EventFn | None = None, memory: MemoryFn | None = None,
+                    open_choice: ChoiceFn | None = None) -> Profile:
     """Measure every device alone and the calibration sets; return the Profile (not yet saved).
 
     ``memory`` gives each run the memory plan training would run those devices under (MemoryFn),
     so a device that plain TensorFlow does not fit is measured under its plan, not lost to an
-    out-of-memory error; None runs everything plain. Raises ProfileError when no device could be
-    measured.
+    out-of-memory error; None runs everything plain. ``open_choice`` (lanes only) is the planner's
+    opinion of the profile so far, which decides whether further calibration sets are worth their
+    seconds (lane_phase.ChoiceFn); None measures every set. Raises ProfileError when no device
+    could be measured.
     """
+    from hetcluster.profiling.lane_phase import measure_on_lanes
     from hetcluster.training.plane import check_training_plane
 
     settings = settings or PretrainSettings()
@@ -547,62 +621,22 @@ def run_pretraining(inventory: Inventory, model: ModelSpec, checkpoint_dir: str,
                          inventory.tf_plane_isolation)
     phase = _Phase(inventory, model, data or DataSource(), checkpoint_dir, settings, on_event, memory)
     phase.steps_total = checkpoint_steps(checkpoint_dir)  # continue a checkpoint that is already there
-    start_steps = phase.steps_total
     names = list(device_names or inventory.names)
-    phase_start_s = time.time()
+    phase_start_s = phase.start_wall_s = time.time()
     devices: list[DeviceProfile] = []
     runs: list[RunProfile] = []
     try:
         available = phase.start_recorders(names)
-        idle_t0 = time.time()
-        time.sleep(settings.idle_s)
-        idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in available}
-        phase.on_event("idle", {"idle_power_w": dict(idle_w)})
         class_of = device_classes(inventory, available)
-        opening_steps = _opening_run(phase, available)
-        measured: list[DeviceProfile] = []   # the devices measured alone: one per class
-        solo_run_steps: dict[str, int] = {}
-        for name in available:
-            if name in phase.excluded:
-                continue   # its worker did not start (_Phase.shared_servers)
-            if class_of[name] and any(class_of[d.name] == class_of[name] for d in measured):
-                continue   # its class was measured: it takes that device's figures (class_copies)
-            result = _solo_profile(phase, name, idle_w[name])
-            if result is not None:
-                measured.append(replace(result[0], device_class=class_of[name]))
-                solo_run_steps[name] = result[1]
-        devices = class_copies(measured, available, class_of, idle_w)
-        solo = {d.name: d.steps_per_s for d in devices}
-        by_name = {d.name: d for d in devices}
-        fastest = (
-            max(measured, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
-        )
-        reserved = solo_run_steps.get(fastest, 0)  # the recheck's steps, kept from the sets' budget
-        sets = calibration_sets(solo, settings.max_sets, class_of)
-        for index, members in enumerate(sets):
-            members = tuple(phase.usable(members))
-            if len(members) < 2:
-                continue
-            # the opening run's steps are not the sets' to give up: its share comes on top of the budget
-            cap = settings.set_cap(phase.steps_total - start_steps - opening_steps + reserved, len(sets) - index)
-            solo_profiles = [by_name[n] for n in members]
-            window_s = settings.set_window_s(solo_profiles, cap)
-            try:
-                result, t0, t1 = phase.measure(members, settings.set_steps(solo_profiles, cap, window_s), cap, window_s)
-            except HetclusterError as error:
-                log.warning("calibration run %s failed: %s", "+".join(members), error)
-                phase.on_event("excluded", {"run": list(members), "reason": str(error)})
-                continue
-            if result.lost_workers:
-                for name in result.lost_workers:
-                    phase.exclude(name, f"lost during the run of {'+'.join(members)}")
-                continue
-            runs.append(_set_run(members, result, t0, t1, phase.recorders, phase.memory(members)))
-        if fastest is not None and fastest not in phase.excluded:
-            again = _solo_profile(phase, fastest, idle_w[fastest], what="second solo run")
-            if again is not None:
-                measured = [pool_solo_windows(d, again[0]) if d.name == fastest else d for d in measured]
-                devices = class_copies(measured, available, class_of, idle_w)
+        job = known.job_key(model.to_dict(), {"data": phase.data.to_dict(), "optimizer": settings.optimizer})
+        fingerprints = {n: known.fingerprint(n, phase.infos.get(n)) for n in available}
+        if settings.protocol == "lanes":
+            earlier = known.known_devices(job, fingerprints) if settings.reuse_known else {}
+            devices, runs = measure_on_lanes(phase, available, class_of, lambda names: _idle_power(phase, names),
+                                             open_choice, earlier)
+        else:
+            devices, runs = _sequential(phase, available, class_of, _idle_power(phase, available))
+        known.remember([d for d in devices if d.name not in phase.excluded], job, fingerprints)
         phase_end_s = time.time()
         # what pre-training cost: every recorded device over the whole phase (between its runs a
         # device waits, powered), matching pretrain_time_s, which is the phase's wall time too
@@ -622,6 +656,68 @@ def run_pretraining(inventory: Inventory, model: ModelSpec, checkpoint_dir: str,
                    steps_per_run=settings.steps_per_run, created_wall_s=time.time(),
                    idle_power_counts=bool(getattr(inventory, "idle_power_counts", False)),
                    memory_graph=_memory_graph(model), loss_curve=phase.loss_curve)
+
+
+def _idle_power(phase: _Phase, names: Sequence[str]) -> dict[str, float]:
+    """Step 2: each device's mean power over ``idle_s`` with no TF server running on it."""
+    idle_t0 = time.time()
+    time.sleep(phase.settings.idle_s)
+    idle_w = {n: phase.recorders[n].mean_power_w(idle_t0, time.time()) for n in names}
+    phase.on_event("idle", {"idle_power_w": dict(idle_w)})
+    return idle_w
+
+
+def _sequential(phase: _Phase, available: Sequence[str], class_of: dict[str, str | None],
+                idle_w: dict[str, float]) -> tuple[list[DeviceProfile], list[RunProfile]]:
+    """Steps 3-5 one run at a time: the opening run, each device alone, the sets, the fastest again."""
+    settings = phase.settings
+    start_steps = phase.steps_total
+    runs: list[RunProfile] = []
+    opening_steps = _opening_run(phase, available)
+    measured: list[DeviceProfile] = []   # the devices measured alone: one per class
+    solo_run_steps: dict[str, int] = {}
+    for name in available:
+        if name in phase.excluded:
+            continue   # its worker did not start (_Phase.shared_servers)
+        if class_of[name] and any(class_of[d.name] == class_of[name] for d in measured):
+            continue   # its class was measured: it takes that device's figures (class_copies)
+        result = _solo_profile(phase, name, idle_w[name])
+        if result is not None:
+            measured.append(replace(result[0], device_class=class_of[name]))
+            solo_run_steps[name] = result[1]
+    devices = class_copies(measured, available, class_of, idle_w)
+    solo = {d.name: d.steps_per_s for d in devices}
+    by_name = {d.name: d for d in devices}
+    fastest = (
+        max(measured, key=lambda d: d.steps_per_s).name if settings.recheck_fastest and len(devices) > 1 else None
+    )
+    reserved = solo_run_steps.get(fastest, 0)  # the recheck's steps, kept from the sets' budget
+    sets = calibration_sets(solo, settings.max_sets, class_of)
+    for index, members in enumerate(sets):
+        members = tuple(phase.usable(members))
+        if len(members) < 2:
+            continue
+        # the opening run's steps are not the sets' to give up: its share comes on top of the budget
+        cap = settings.set_cap(phase.steps_total - start_steps - opening_steps + reserved, len(sets) - index)
+        solo_profiles = [by_name[n] for n in members]
+        window_s = settings.set_window_s(solo_profiles, cap)
+        try:
+            result, t0, t1 = phase.measure(members, settings.set_steps(solo_profiles, cap, window_s), cap, window_s)
+        except HetclusterError as error:
+            log.warning("calibration run %s failed: %s", "+".join(members), error)
+            phase.on_event("excluded", {"run": list(members), "reason": str(error)})
+            continue
+        if result.lost_workers:
+            for name in result.lost_workers:
+                phase.exclude(name, f"lost during the run of {'+'.join(members)}")
+            continue
+        runs.append(_set_run(members, result, t0, t1, phase.recorders, phase.memory(members)))
+    if fastest is not None and fastest not in phase.excluded:
+        again = _solo_profile(phase, fastest, idle_w[fastest], what="second solo run")
+        if again is not None:
+            measured = [pool_solo_windows(d, again[0]) if d.name == fastest else d for d in measured]
+            devices = class_copies(measured, available, class_of, idle_w)
+    return devices, runs
 
 
 def _memory_graph(model: Any) -> dict[str, Any] | None:

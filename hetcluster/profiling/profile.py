@@ -41,7 +41,9 @@ class DeviceProfile:
     ``solo_window_ends_s``: each solo window's step completions, in seconds from the window's open
     (one list per window, in order; empty in profiles written before they were recorded), so what a
     shorter window would have read on the same run can be worked out afterwards
-    (`python -m experiments.investigations.solo_rates`).
+    (`python -m experiments.investigations.solo_rates`). ``measured_wall_s``: when the solo figures
+    were measured, for a device known from an earlier pre-training of the same job
+    (profiling/known.py); 0 when this pre-training measured it.
     """
 
     name: str
@@ -62,6 +64,7 @@ class DeviceProfile:
     memory_plan: str = ""
     memory_slowdown: float = 1.0
     solo_window_ends_s: list[list[float]] = field(default_factory=list)
+    measured_wall_s: float = 0.0
 
 
 @dataclass

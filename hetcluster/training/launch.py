@@ -56,7 +56,36 @@ class LaunchedCluster:
     started_s: float = field(default_factory=time.monotonic)  # when the servers were asked to start
     plane: CoordinatorPlane = field(default_factory=lambda: CoordinatorPlane(None), repr=False)
     lease_s: float = LEASE_S
+    chiefs: list[str] = field(default_factory=list)   # every chief address, addresses.chief first
+    spec: dict[str, list[str]] = field(default_factory=dict)   # the public cluster spec the workers are given
+    run_tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _renewing: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def start_workers(self) -> dict[str, DeviceLaunchError]:
+        """Ask every device's agent to start its worker (those not started yet); return
+        ``{device: error}`` for those whose agent refused or failed (the others go on starting).
+        The ready timeout counts from here."""
+        self.started_s = time.monotonic()
+        failed: dict[str, DeviceLaunchError] = {}
+        for index, name in enumerate(self.addresses.workers):
+            if name in self.task_ids:
+                continue
+            try:
+                task = self.clients[name].start_task("worker", index, self.spec, task_id=f"hc-{self.run_tag}-w{index}",
+                                                     lease_s=self.lease_s, open_plane=self.plane.open)
+            except AgentError as error:
+                failed[name] = DeviceLaunchError(name, f"Device {name} could not start its worker: {error}",
+                                                 hint="check its agent's log, or leave the device out.")
+                continue
+            self.task_ids[name] = task.task_id
+        return failed
+
+    def lane(self, names: Sequence[str], ps_index: int, chief_index: int | None = None) -> ClusterAddresses:
+        """The addresses of a run of ``names`` on one parameter server and one chief (default the
+        PS's index): runs that share no worker, PS or chief can train at the same time."""
+        chiefs = self.chiefs or [self.addresses.chief]
+        return ClusterAddresses(workers={n: self.addresses.workers[n] for n in names}, ps=[self.addresses.ps[ps_index]],
+                                chief=chiefs[ps_index if chief_index is None else chief_index])
 
     def keep_leases(self) -> None:
         """Renew every worker's lease from a daemon thread until stop()."""
@@ -75,13 +104,13 @@ class LaunchedCluster:
                     log.warning("the worker on %s no longer runs (its agent reports it gone)", name)
                     gone_before.add(name)
 
-    def wait_ready(self) -> None:
-        """Block until every worker port accepts connections and every PS serves, at most
-        ``ready_timeout_s`` after the start. Raises DeviceLaunchError naming a device whose worker
-        died, was lost or was late, or TaskError for a PS; the caller stops the cluster (the
-        context manager's exit does)."""
+    def wait_ready(self, names: Sequence[str] | None = None) -> None:
+        """Block until every worker port (of ``names`` only, when given) accepts connections and
+        every PS serves, at most ``ready_timeout_s`` after the start. Raises DeviceLaunchError
+        naming a device whose worker died, was lost or was late, or TaskError for a PS; the caller
+        stops the cluster (the context manager's exit does)."""
         deadline = self.started_s + self.ready_timeout_s
-        _wait_until_listening(self, deadline)
+        _wait_until_listening(self, deadline, names)
         wait_until_serving(self.ps_servers, max(0.0, deadline - time.monotonic()))
         log.info("cluster up: workers %s, ps %s, chief %s", self.addresses.workers, self.addresses.ps,
                  self.addresses.chief)
@@ -133,26 +162,33 @@ class LaunchedCluster:
 
 def launch_cluster(devices: Sequence[DeviceEntry], ps_host: str, *, num_ps: int = 1, ready_timeout_s: float = 120.0,
                    client_timeout_s: float = 10.0, wait: bool = True, isolation: str = "auto",
-                   open_plane: bool | None = None, lease_s: float = LEASE_S) -> LaunchedCluster:
+                   open_plane: bool | None = None, lease_s: float = LEASE_S, lanes: int = 1,
+                   start_workers: bool = True) -> LaunchedCluster:
     """Start a worker on each inventory ``DeviceEntry`` in ``devices`` and ``num_ps`` local PS.
+
+    ``lanes``: how many chief addresses; with as many parameter servers, runs on disjoint workers
+    can train at once, each on its own PS and chief (``LaunchedCluster.lane``).
 
     The coordinator (chief) and PS are reached at ``ps_host``, which must be this machine as the
     devices see it. Raises DeviceLaunchError naming the first device that failed (everything
     started so far is stopped again). With ``wait=False`` it returns once every server was asked
     to start, and the caller calls ``wait_ready()`` (run_job.run_in_subprocess(ready=...) does,
-    while the training process imports TensorFlow). ``isolation`` is the inventory's
+    while the training process imports TensorFlow); with ``start_workers=False`` too, only the
+    PS starts, and ``LaunchedCluster.start_workers()`` asks the agents later. ``isolation`` is the inventory's
     ``tf_plane_isolation``; ``open_plane`` the developer-only switch (CoordinatorPlane).
     """
     plane = CoordinatorPlane.for_devices(devices, ps_host, open_plane=open_plane, isolation=isolation)
     try:
-        return _launch(devices, plane, num_ps, ready_timeout_s, client_timeout_s, wait, lease_s)
+        return _launch(devices, plane, num_ps, ready_timeout_s, client_timeout_s,
+                       wait and start_workers, lease_s, lanes, start_workers)
     except BaseException:
         plane.close()
         raise
 
 
 def _launch(devices: Sequence[DeviceEntry], plane: CoordinatorPlane, num_ps: int, ready_timeout_s: float,
-            client_timeout_s: float, wait: bool, lease_s: float) -> LaunchedCluster:
+            client_timeout_s: float, wait: bool, lease_s: float, lanes: int = 1,
+            start_workers: bool = True) -> LaunchedCluster:
     clients = {d.name: d.client(timeout_s=client_timeout_s) for d in devices}
     workers: dict[str, str] = {}
     for device in devices:
@@ -163,23 +199,19 @@ def _launch(devices: Sequence[DeviceEntry], plane: CoordinatorPlane, num_ps: int
             raise DeviceLaunchError(device.name, f"Device {device.name}: {error}",
                                     hint="check its agent, or leave the device out.") from error
         plane.register_worker(workers[device.name], device.name)
-    *ps, chief = plane.bind(num_ps + 1)
-    addresses = ClusterAddresses(workers=workers, ps=ps, chief=chief)
-    spec = addresses.cluster_spec_dict()
-    plane.set_spec(spec, local=[*ps, chief])
+    bound = plane.bind(num_ps + lanes)
+    ps, chiefs = bound[:num_ps], bound[num_ps:]
+    addresses = ClusterAddresses(workers=workers, ps=ps, chief=chiefs[0])
+    spec = {**addresses.cluster_spec_dict(), "chief": chiefs}
+    plane.set_spec(spec, local=bound)
     launched = LaunchedCluster(addresses, {}, spawn_parameter_servers(spec, plane), clients, ready_timeout_s,
-                               plane=plane, lease_s=lease_s)
-    run_tag = uuid.uuid4().hex[:8]
+                               plane=plane, lease_s=lease_s, chiefs=chiefs, spec=spec)
     try:
         launched.keep_leases()
-        for index, device in enumerate(devices):
-            try:
-                task = clients[device.name].start_task("worker", index, spec, task_id=f"hc-{run_tag}-w{index}",
-                                                       lease_s=lease_s, open_plane=plane.open)
-            except AgentError as error:
-                raise DeviceLaunchError(device.name, f"Device {device.name} could not start its worker: {error}",
-                                        hint="check its agent's log, or leave the device out.") from error
-            launched.task_ids[device.name] = task.task_id
+        if start_workers:
+            failed = launched.start_workers()
+            if failed:
+                raise next(iter(failed.values()))
         if wait:
             launched.wait_ready()
     except BaseException:
@@ -188,10 +220,10 @@ def _launch(devices: Sequence[DeviceEntry], plane: CoordinatorPlane, num_ps: int
     return launched
 
 
-def _wait_until_listening(launched: LaunchedCluster, deadline: float) -> None:
-    """Block until every worker port accepts connections (at most until the monotonic
-    ``deadline``); fail fast if a task or a PS dies."""
-    pending = dict(launched.addresses.workers)
+def _wait_until_listening(launched: LaunchedCluster, deadline: float, names: Sequence[str] | None = None) -> None:
+    """Block until every worker port (of ``names``, default all) accepts connections (at most
+    until the monotonic ``deadline``); fail fast if a task or a PS dies."""
+    pending = {n: a for n, a in launched.addresses.workers.items() if names is None or n in names}
     while pending:
         for server in launched.ps_servers:  # started beside the workers: a PS that died fails the launch now
             if not server.alive():

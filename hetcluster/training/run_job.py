@@ -123,7 +123,8 @@ def crash_summary(exc: BaseException) -> str:
     return text + (" (the run's log holds the traceback)" if len(lines) > 1 else "")
 
 
-def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: float | None = None,
+def run_in_subprocess(spec: TrainSpec | Callable[[], TrainSpec], cluster: ClusterAddresses, *,
+                      timeout_s: float | None = None,
                       on_progress: Callable[[int, int, float], None] | None = None,
                       round_steps: int = 0, log_path: Path | None = None,
                       stop_event: threading.Event | None = None, stop_grace_s: float = 120.0,
@@ -135,7 +136,9 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
 
     ``ready`` (a launched cluster's ``wait_ready``) is called after the child has started: the
     child imports TensorFlow meanwhile and connects only once ``ready`` has returned. If ``ready``
-    raises, the child exits without training and the error propagates.
+    raises, the child exits without training and the error propagates. ``spec`` may be a function,
+    called once ``ready`` has returned: a run started before its steps are known (pre-training
+    starts its next run while the current one trains).
 
     Setting ``stop_event`` asks the child (SIGINT) to stop after its current round; it writes a
     checkpoint and the result comes back with ``stopped=True``. On KeyboardInterrupt the child is
@@ -146,7 +149,13 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
         tmpdir = Path(tmp)
         job_path, result_path, progress_path = tmpdir / "job.json", tmpdir / "result.json", tmpdir / "progress.jsonl"
         seen = plane.local_view(cluster) if plane is not None else cluster
-        job_path.write_text(json.dumps({"train": spec.to_dict(), "cluster": seen.to_dict()}), encoding="utf-8")
+
+        def write_job() -> None:
+            train = spec() if callable(spec) else spec
+            job_path.write_text(json.dumps({"train": train.to_dict(), "cluster": seen.to_dict()}), encoding="utf-8")
+
+        if not callable(spec) or ready is None:
+            write_job()
         progress_path.touch()
         log_path = log_path or tmpdir / "run.log"
         cmd = [sys.executable, "-m", "hetcluster.training.run_job", "--job", str(job_path), "--result",
@@ -171,7 +180,12 @@ def run_in_subprocess(spec: TrainSpec, cluster: ClusterAddresses, *, timeout_s: 
             ) as child,
         ):
             if ready is not None:
-                _release_when_ready(child, ready)
+                def ready_then_job() -> None:
+                    ready()
+                    if not job_path.exists():
+                        write_job()
+
+                _release_when_ready(child, ready_then_job)
             deadline = time.monotonic() + timeout_s if timeout_s else None
             stop_sent = False
             try:
