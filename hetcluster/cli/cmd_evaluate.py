@@ -113,9 +113,12 @@ def evaluate_command(
     workdir = workdir.resolve()
     spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
     prepared = (spec, opt.training(data, None, None, optimizer, learning_rate, spec, console))
-    from hetcluster.cli.pretraining import check_profile_file
+    from hetcluster.cli.pretraining import PretrainOptions, check_budget_up_front, check_profile_file
 
     check_profile_file(profile, *prepared)
+    opt.check_pretrain_budget(pretrain_budget)
+    check_budget_up_front(total_steps, workdir, profile,
+                          PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget, pretrain_protocol))
     fleet = opt.load_fleet(inventory)
     wanted = parse_configs(configs, fleet.names)
     with sigterm_as_interrupt():  # as Ctrl-C: the run in progress stops its servers, exit 130

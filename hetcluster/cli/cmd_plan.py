@@ -99,16 +99,15 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
     opt.check_total_steps(total_steps)
     opt.check_device_kind(device_kind)
     opt.check_pretrain_budget(pretrain_budget)
-    from hetcluster.cli.pretraining import PretrainOptions, check_job_fits_budget, profile_paths
+    from hetcluster.cli.pretraining import PretrainOptions, check_budget_up_front
 
     if prepared is None:
         spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
         job_training = opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console)
     else:
         spec, job_training = prepared
-    if profile is None and not profile_paths(workdir)[0].exists():   # before any agent is asked
-        check_job_fits_budget(total_steps, PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget,
-                                                           pretrain_protocol))
+    check_budget_up_front(total_steps, workdir, profile,
+                          PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget, pretrain_protocol))
     fleet = fleet if fleet is not None else opt.load_fleet(inventory, agents_needed=profile is None)
     constraints = opt.constraints(deadline, max_power, max_energy, require, exclude, fleet.names)
 

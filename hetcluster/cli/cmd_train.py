@@ -113,9 +113,11 @@ def train_command(
         opt.check_pretrain_budget(pretrain_budget)
         spec = opt.model_spec(model, input_shape, classes, batch_size, model_config)
         prepared = (spec, opt.training(data, eval_data, eval_split, optimizer, learning_rate, spec, console))
-        from hetcluster.cli.pretraining import check_profile_file
+        from hetcluster.cli.pretraining import PretrainOptions, check_budget_up_front, check_profile_file
 
         check_profile_file(profile, *prepared)
+        check_budget_up_front(total_steps, workdir, profile,
+                              PretrainOptions(pretrain_steps, warmup_steps, pretrain_budget, pretrain_protocol))
     with sigterm_as_interrupt():  # the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint
         fleet = opt.load_fleet(inventory)
         if resume:

@@ -242,6 +242,14 @@ def workdir_profile(workdir: Path, fleet: Inventory, spec: ModelSpec, training: 
     return found
 
 
+def check_budget_up_front(total_steps: int | None, workdir: Path, profile: Path | None,
+                          options: PretrainOptions) -> None:
+    """Before any agent is asked: a job that will pre-train (no --profile, no profile in its
+    workdir) fits its budget (check_job_fits_budget)."""
+    if profile is None and not profile_paths(workdir)[0].exists():
+        check_job_fits_budget(total_steps, options)
+
+
 def check_job_fits_budget(total_steps: int | None, options: PretrainOptions) -> None:
     """Before any server starts: a job whose budget holds no measured window is refused."""
     from hetcluster.errors import ConfigError

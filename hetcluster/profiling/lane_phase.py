@@ -169,14 +169,6 @@ def _latest(checkpoint_dir: str) -> str | None:
     return latest_checkpoint(checkpoint_dir)
 
 
-def host_cores() -> float:
-    """The cores this process may run on."""
-    try:
-        return float(len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return float(os.cpu_count() or 1)
-
-
 def lane_devices(phase: _Phase, names: Sequence[str]) -> list[LaneDevice]:
     """Each device with its emulated compute share (0 where its agent reports none)."""
     devices = []
@@ -195,6 +187,7 @@ def measure_on_lanes(phase: _Phase, available: Sequence[str], class_of: dict[str
     solo profiles (class copies included) and the sets' RunProfiles. A device of ``earlier`` (known
     from an earlier pre-training of this job, profiling/known.py) takes those figures instead of a
     solo run. The phase's step count and checkpoint end on the line."""
+    from hetcluster.emulation.catalog import available_cores
     from hetcluster.profiling.known import age_text
     from hetcluster.profiling.pretrain import class_copies, solo_device_profile
     from hetcluster.training.launch import launch_cluster
@@ -207,7 +200,7 @@ def measure_on_lanes(phase: _Phase, available: Sequence[str], class_of: dict[str
             units.append(name)
     reused = [n for n in units if n in earlier]
     devices = lane_devices(phase, [n for n in units if n not in earlier])
-    cores = host_cores()
+    cores = available_cores()
     groups = solo_groups(devices, cores)
     now = time.time()
     for name in reused:
