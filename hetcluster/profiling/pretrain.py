@@ -1,6 +1,9 @@
 """Run the pre-training phase on a fleet and return its Profile.
 
-Sequence (all real: agents start TF workers, the engine trains the job's model):
+Two protocols share this module's settings, runs and measurements: on lanes (the default,
+lane_phase.py: devices alone at once where they share nothing, then the fleet, within a budget),
+and the sequential one below, one run at a time. Sequence of the sequential protocol (all real:
+agents start TF workers, the engine trains the job's model):
 
 1. health-check every device's agent; start a PowerRecorder on each (a device that fails here is
    excluded with a warning);
