@@ -148,7 +148,7 @@ class Replan:
         target = "+".join(self.candidate.devices)
         cost = f"{_amount(self.switch_cost, self.unit)} ({self._cost_parts()})"
         if self.current is None:
-            return f"{what}: no worker left; switching to {target} (switching costs {cost})"
+            return f"{what}: nothing trains now; switching to {target} (switching costs {cost})"
         here = "+".join(self.current.devices)
         if self.switch:
             return (f"{what}: {target} saves {_amount(self.saving, self.unit)}, switching costs {cost}; "
