@@ -64,6 +64,13 @@ class ElasticJob:
         self.profile = load_profile(Path(ledger.path).parent / "profile.json")
         _adopt_memory_graph(self.profile, self.spec.model)   # memory plans without building the model here
         self.measured = {name: DeviceProfile(**data) for name, data in self.record["measured"].items()}
+        for switch in self.record["events"]:
+            if switch.get("kind") == "switch" and switch.get("gap_s") is None:
+                # a coordinator killed during this switch: only its stop is known; the time until
+                # the resume was an outage, not the switch's cost
+                stopped, ended = switch.get("stopped_wall_s"), switch.get("old_end_wall_s")
+                switch.update(interrupted=True, gap_s=max(0.0, stopped - ended) if stopped and ended else 0.0,
+                              gap_energy_j=float(switch.get("stop_energy_j") or 0.0))
         down = check_agents(fleet, fleet.names)
         self.watcher = FleetWatcher(fleet, [n for n in fleet.names if n not in down])
         self.budgets = DeviceBudgets(fleet)
@@ -161,7 +168,15 @@ class ElasticJob:
                 "startup_s": max(0.0, float(row["time_s"]) - remaining / rate)}
 
     def round_steps(self, names: list[str]) -> int:
-        rate = self.predict(names, max(1, self.spec.total_steps - self._restored))["steps_per_s"]
+        """Steps per round for a segment of ``names``: about ELASTIC_ROUND_S at the predicted rate (0:
+        the engine's default, where no rate can be predicted)."""
+        from hetcluster.errors import HetclusterError
+
+        try:
+            rate = self.predict(names, max(1, self.spec.total_steps - self._restored))["steps_per_s"]
+        except (HetclusterError, IndexError) as error:
+            log.warning("no predicted rate for %s (%s): the engine's default rounds", "+".join(names), error)
+            return 0
         return max(4 * len(names), math.ceil(ELASTIC_ROUND_S * rate))
 
     # -- progress -----------------------------------------------------------------------------
