@@ -4,9 +4,10 @@ An emulated fleet of three devices (dev-a half a core, dev-b a quarter, dev-c a 
 pre-trained once (`hetcluster profile`: small_cnn 32x32x3, batch 32); then two scenarios, each run
 with `train --elastic` and then as the same job without it, from the same profile:
 
-* join: the job starts without dev-c on dev-b (dev-a excluded, objective time); dev-c is added
-  (`cluster add`) at 30 % of the job. Its figures come from the job's profile, so the elastic job
-  re-plans at once; the plain job trains on as it started.
+* join: the job starts without dev-c on dev-b (dev-a excluded, objective time), from the profile
+  without dev-c (the fleet as it was); dev-c is added (`cluster add`) at 30 % of the job. The
+  elastic job measures it alone (its own parameter server) and re-plans; the plain job trains on as
+  it started.
 * leave: the job starts on the fastest configuration under a power cap (dev-b + dev-c); dev-c is
   taken out (`cluster remove`) at 40 %. The plain job goes on without it (the engine survives the
   loss); the elastic job re-plans, and switches if the rest is better trained otherwise.
@@ -17,7 +18,7 @@ whole job's measured time (`report.measured.time_s`: pre-training, every segment
 with and without --elastic, and their ratio. Run it alone (`flock /work/heavy.lock ...` on a
 shared host): it times real training.
 
-    .venv/bin/python benchmarks/elastic_switch.py [--steps-join 1200] [--steps-leave 1500]
+    .venv/bin/python benchmarks/elastic_switch.py [--steps-join 1200] [--steps-leave 1500] [--only join|leave]
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("--steps-join", type=int, default=1200)
     parser.add_argument("--steps-leave", type=int, default=1500)
     parser.add_argument("--max-power", type=float, default=50.0, help="the leave scenario's cap (W)")
+    parser.add_argument("--only", choices=("join", "leave"), help="run one scenario")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="elastic-bench-") as tmp:
         root = Path(tmp)
@@ -160,27 +162,41 @@ def main() -> None:
             measured = json.loads(profile.read_text())["devices"]
             rates = ", ".join(f"{d['name']} {d['steps_per_s']:.1f}/s" for d in measured)
             print(f"pre-training: {time.monotonic() - started:.0f} s; solo rates {rates}")
-
-            join_options = ["--objective", "time", "--exclude", "dev-a"]
-            fleet.remove("dev-c")
-            elastic = job(fleet, root / "join-elastic", profile, args.steps_join, join_options, elastic=True,
-                          strike_at=0.3, strike=lambda: fleet.add("dev-c"))
-            fleet.remove("dev-c")
-            plain = job(fleet, root / "join-plain", profile, args.steps_join, join_options, elastic=False,
-                        strike_at=0.3, strike=lambda: fleet.add("dev-c"))
-            describe("a fast device joins at 30 %", elastic, plain)
-
-            leave_options = ["--objective", "time", "--max-power", str(args.max_power)]
-            elastic = job(fleet, root / "leave-elastic", profile, args.steps_leave, leave_options, elastic=True,
-                          strike_at=0.4, strike=lambda: fleet.remove("dev-c"))
-            fleet.add("dev-c")
-            plain = job(fleet, root / "leave-plain", profile, args.steps_leave, leave_options, elastic=False,
-                        strike_at=0.4, strike=lambda: fleet.remove("dev-c"))
-            if not elastic.get("failed"):
-                print(f"(leave: the job started on {'+'.join(elastic['timeline'][0]['devices'])})")
-            describe("a device of the configuration leaves at 40 %", elastic, plain)
+            if args.only != "leave":
+                join(fleet, root, profile, args.steps_join)
+            if args.only != "join":
+                leave(fleet, root, profile, args.steps_leave, args.max_power)
         finally:
             fleet.down()
+
+
+def join(fleet: Fleet, root: Path, profile: Path, steps: int) -> None:
+    without = json.loads(profile.read_text())   # the profile of the fleet before dev-c joins
+    without["devices"] = [d for d in without["devices"] if d["name"] != "dev-c"]
+    without["runs"] = [r for r in without["runs"] if "dev-c" not in r["devices"]]
+    before = root / "profile-without-dev-c.json"
+    before.write_text(json.dumps(without))
+    options = ["--objective", "time", "--exclude", "dev-a"]
+    fleet.remove("dev-c")
+    elastic = job(fleet, root / "join-elastic", before, steps, options, elastic=True, strike_at=0.3,
+                  strike=lambda: fleet.add("dev-c"))
+    fleet.remove("dev-c")
+    plain = job(fleet, root / "join-plain", before, steps, options, elastic=False, strike_at=0.3,
+                strike=lambda: fleet.add("dev-c"))
+    describe("a fast device joins at 30 %", elastic, plain)
+
+
+def leave(fleet: Fleet, root: Path, profile: Path, steps: int, max_power: float) -> None:
+    options = ["--objective", "time", "--max-power", str(max_power)]
+    elastic = job(fleet, root / "leave-elastic", profile, steps, options, elastic=True, strike_at=0.4,
+                  strike=lambda: fleet.remove("dev-c"))
+    fleet.add("dev-c")
+    plain = job(fleet, root / "leave-plain", profile, steps, options, elastic=False, strike_at=0.4,
+                strike=lambda: fleet.remove("dev-c"))
+    fleet.add("dev-c")
+    if not elastic.get("failed"):
+        print(f"(leave: the job started on {'+'.join(elastic['timeline'][0]['devices'])})")
+    describe("a device of the configuration leaves at 40 %", elastic, plain)
 
 
 if __name__ == "__main__":

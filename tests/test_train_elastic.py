@@ -99,7 +99,7 @@ def test_a_device_whose_saving_is_below_the_switch_cost_is_not_switched_to(tmp_p
         workdir = tmp_path / "job"
         process = train(fleet, workdir, profile, total, "--objective", "time", "--exclude", "dev-b", "--elastic",
                         "--elastic-poll-s", "1")
-        wait_for_steps(workdir, int(0.6 * total), process)
+        wait_for_steps(workdir, int(0.4 * total), process)
         add_device(fleet, "dev-d")
         out = finish(process)
     report = report_of(workdir)

@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 POLL_S = 2.0
-# rounds of about this long: a switch waits for the round in progress, and each round costs one
-# join of the workers (docs/decisions.md#elastic-round)
+# rounds of about this long: a switch waits for the round in progress (half of one on average),
+# and each round costs one join of the workers
 ELASTIC_ROUND_S = 4.0
 # checkpoint and stop, before this job has stopped a segment it could time
 FIRST_STOP_S = 2.0
