@@ -310,7 +310,7 @@ def train_ledger(
 
         elastic = ElasticJob(fleet, ledger, console)
         if (resumed or not ledger.data["chosen"]) and checkpoint_steps(spec.checkpoint_dir) < spec.total_steps:
-            spec = _switch_to(ledger, elastic, elastic.fresh_plan(), console)
+            spec = elastic.adopt(elastic.fresh_plan())
     while True:
         restored = checkpoint_steps(spec.checkpoint_dir)
         if restored >= spec.total_steps:
@@ -357,7 +357,7 @@ def train_ledger(
             elastic.finish_switch(record)
             if elastic.decision is not None and not stopper.signalled:
                 if run.result.stopped:
-                    spec = _switch_to(ledger, elastic, elastic.begin_switch(record), console)
+                    spec = elastic.adopt(elastic.begin_switch(record))
                     continue
                 elastic.say("the job reached its total before the switch")
         if run.result.stopped:
@@ -369,19 +369,6 @@ def _watching(elastic: Any, chosen: list[str], restored: int, stop: threading.Ev
     import contextlib
 
     return elastic.watching(chosen, restored, stop) if elastic is not None else contextlib.nullcontext()
-
-
-def _switch_to(ledger: JobLedger, elastic: Any, target: list[str], console: Console) -> Any:
-    """Make ``target`` the job's configuration in its ledger (written before anything is launched:
-    a coordinator killed from here resumes on it) under the memory plan its tightest member needs."""
-    from hetcluster.training.spec import TrainSpec
-
-    memory = elastic.memory_for(target)
-    console.print(memory.describe())
-    ledger.data["chosen"] = list(target)
-    ledger.data["train_spec"].update(memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind)
-    ledger.save()
-    return TrainSpec.from_dict(ledger.data["train_spec"])
 
 
 def export_job_model(ledger: JobLedger, console: Console) -> None:
@@ -492,8 +479,11 @@ def build_report(ledger: JobLedger) -> Any:
     events = (data.get("elastic") or {}).get("events", [])
     switches = [e for e in events if e.get("kind") == "switch" and e.get("gap_s") is not None]
     switch_s = sum(float(e["gap_s"]) for e in switches)
+    # a joining device measured alone trains beside the job (no time added), on energy the job spends
+    measure_j = sum(float(e.get("energy_j") or 0.0) for e in events if e.get("kind") == "figures")
     run_time_s = sum(s["time_s"] for s in segments) + switch_s
-    run_energy_j = sum(s["energy_j"] for s in segments) + sum(float(e.get("gap_energy_j") or 0.0) for e in switches)
+    run_energy_j = (sum(s["energy_j"] for s in segments) + sum(float(e.get("gap_energy_j") or 0.0) for e in switches)
+                    + measure_j)
     per_worker: dict[str, int] = {}
     per_device_j: dict[str, float] = {}
     lost: list[str] = []
@@ -526,6 +516,7 @@ def build_report(ledger: JobLedger) -> Any:
             "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments),
             "switch_s": switch_s,
             "switches": len(switches),
+            "measure_energy_j": measure_j,
         },
         energy_per_device_j=per_device_j,
         stopped=steps_total < int(data["train_spec"]["total_steps"]),

@@ -296,7 +296,7 @@ class ElasticJob:
                     launch = self.record["launch_s"]
                     launch[name] = min(float(launch.get(name, math.inf)), known.launch_s)
         self.event("figures", device=name, source=known.source, steps_per_s=known.device.steps_per_s,
-                   busy_power_w=known.device.busy_power_w)
+                   busy_power_w=known.device.busy_power_w, energy_j=known.energy_j)
         self.say(f"{name}: {known.device.steps_per_s:.2f} steps/s alone, {known.device.busy_power_w:.1f} W "
                  f"({known.source})")
         return True
@@ -342,12 +342,24 @@ class ElasticJob:
                                 hint="relax the job's constraints, or start more devices.")
         return list(decision.chosen)
 
-    def memory_for(self, names: list[str]) -> Any:
-        """The memory plan every worker of ``names`` trains under (the tightest member's)."""
+    def adopt(self, target: list[str]) -> Any:
+        """Make ``target`` the job's configuration in its ledger, under the memory plan its tightest
+        member needs, before anything is launched (a coordinator killed from here resumes on it);
+        returns the job's TrainSpec as it now stands."""
         from hetcluster.memory.fit import training_memory
         from hetcluster.memory.model_graph import spec_graph
+        from hetcluster.training.spec import TrainSpec
 
-        return training_memory(self.spec.model, self._budgets().of(names), list(names), spec_graph(self.spec.model))
+        memory = training_memory(self.spec.model, self._budgets().of(target), list(target),
+                                 spec_graph(self.spec.model))
+        self.console.print(memory.describe())
+        with self.ledger.lock:
+            self.ledger.data["chosen"] = list(target)
+            self.ledger.data["train_spec"].update(memory_budget_bytes=memory.budget_bytes,
+                                                  memory_device_kind=memory.device_kind)
+            self.ledger.save()
+        self.spec = TrainSpec.from_dict(self.ledger.data["train_spec"])
+        return self.spec
 
     # -- a switch -------------------------------------------------------------------------------
     def begin_switch(self, stopped_segment: dict[str, Any] | None) -> list[str]:

@@ -29,11 +29,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Known:
     """A device's figures and where they came from ("measured now", "this job's profile", "its
-    class", "measured earlier in this job"); ``launch_s``: its server's start when measured now."""
+    class", "measured earlier in this job"); ``launch_s`` and ``energy_j``: its server's start and
+    the measurement's energy, when measured now."""
 
     device: DeviceProfile
     source: str
     launch_s: float | None = None
+    energy_j: float = 0.0    # what measuring it now drew (metered on the device, idle power included)
 
 
 def known_figures(name: str, fleet: Inventory, profile: Profile, measured: dict[str, DeviceProfile]) -> Known | None:
@@ -81,4 +83,4 @@ def measure_alone(name: str, fleet: Inventory, spec: TrainSpec, profile: Profile
     with tempfile.TemporaryDirectory(prefix=f"measure-{name}-", dir=workdir) as scratch:
         measured = run_pretraining(fleet, spec.model, str(Path(scratch) / "checkpoints"), data=spec.data,
                                    settings=settings, device_names=[name], on_event=on_event, memory=memory)
-    return Known(measured.device(name), "measured now", launched.get("s"))
+    return Known(measured.device(name), "measured now", launched.get("s"), measured.pretrain_energy_j)

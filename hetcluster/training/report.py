@@ -105,7 +105,8 @@ class TrainReport:
             "time_s": "pre-training wall time + training run wall time (server start-up excluded, see run.launch_s; "
                       "an elastic switch's whole gap included, see run.switch_s)",
             "energy_j": "pre-training energy + chosen devices' power streams integrated over the run"
-                        " (+ other devices' streams when idle power counts)",
+                        " (+ other devices' streams when idle power counts; + an elastic job's switch gaps and"
+                        " measurements of joining devices, see run)",
             "power_w": "training run energy / training run time",
             "timeline": "segments trained and the elastic job's events, in order; a segment's predicted time and "
                         "energy are the planner's for the steps it applied (its start-up + steps / R)",
