@@ -230,6 +230,55 @@ def test_shaped_without_nsenter_runs_the_agent_inside_its_cgroups(tmp_path, monk
         _down_and_check(state_dir, records, cgroup_dirs, netns)
 
 
+@pytest.mark.slow
+def test_add_and_remove_devices_of_a_running_fleet_keep_its_inventory_in_step(tmp_path):
+    """`cluster add` starts agents beside the running ones (a second rpi4 is rpi4-2, of rpi4's class)
+    and appends them to the inventory, keeping an entry written there by hand; `cluster remove`
+    stops exactly the device named and takes it out of the inventory and the state."""
+    import tomllib
+
+    import tomli_w
+
+    result, state_dir, inventory_path = _up(tmp_path, "rpi4")
+    assert result.returncode == 0, result.stderr
+    data = tomllib.loads(inventory_path.read_text())
+    data["devices"].append(dict(data["devices"][0], name="by-hand", address="127.0.0.1:9"))
+    inventory_path.write_text(tomli_w.dumps(data))
+    try:
+        added = cli("cluster", "add", "--devices", "rpi4,phone", "--state-dir", str(state_dir))
+        assert added.returncode == 0, added.stderr
+        inventory = load_inventory(inventory_path)
+        assert inventory.names == ("rpi4", "by-hand", "rpi4-2", "phone")
+        assert inventory.device("rpi4-2").device_class == "rpi4"
+        status = cli("cluster", "status", "--inventory", str(inventory_path), "--format", "json")
+        healthy = {row["name"]: row["healthy"] for row in json.loads(status.stdout)["devices"]}
+        assert healthy == {"rpi4": True, "by-hand": False, "rpi4-2": True, "phone": True}
+        state, records, cgroup_dirs, netns = _recorded(state_dir)
+        gone = next(d for d in state.devices if d.name == "rpi4-2")
+        removed = cli("cluster", "remove", "--device", "rpi4-2", "--state-dir", str(state_dir))
+        assert removed.returncode == 0, removed.stderr
+        assert gone.agent.process() is None
+        assert not any(Path(p).exists() for p in (gone.cgroup or {}).values() if isinstance(p, str) and p)
+        assert load_inventory(inventory_path).names == ("rpi4", "by-hand", "phone")
+        assert [d.name for d in load_state(state_dir).devices] == ["rpi4", "phone"]
+        unknown = cli("cluster", "remove", "--device", "by-hand", "--state-dir", str(state_dir))
+        assert unknown.returncode != 0 and "no emulated device 'by-hand'" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+    finally:
+        state, records, cgroup_dirs, netns = _recorded(state_dir)
+        _down_and_check(state_dir, records, cgroup_dirs, netns)
+
+
+def test_add_to_a_shaped_fleet_is_refused_in_one_line(tmp_path):
+    from hetcluster.emulation.cluster import cluster_add
+    from hetcluster.emulation.state import ClusterState
+    from hetcluster.errors import EmulationError
+
+    ClusterState("s", "shaped", "dutycycle", str(tmp_path), str(tmp_path / "c.toml"), str(tmp_path / "creds")).save()
+    with pytest.raises(EmulationError, match="works on a loopback fleet"):
+        cluster_add([], tmp_path)
+
+
 def test_oversubscribed_fleet_is_refused_before_starting_anything(tmp_path):
     result, state_dir, inventory = _up(tmp_path, "server,jetson-xavier,jetson-tx2,jetson-nano,rpi4")
     assert result.returncode != 0

@@ -247,3 +247,28 @@ def test_stop_request_ends_at_a_round_boundary_with_a_checkpoint(shared_cluster,
     assert result.stopped
     assert 20 <= result.steps_applied < 5000 and result.steps_applied % 10 == 0
     assert result.checkpoint_path.endswith(f"ckpt-{result.steps_applied}")
+
+
+def test_every_worker_lost_while_a_stop_is_asked_ends_the_run_stopped_with_a_checkpoint(make_cluster, tmp_path):
+    """An elastic job stops a run whose every worker has left, to go on elsewhere: the round can
+    never end (ClusterCoordinator waits for its workers), so the run gives it up, checkpoints what
+    the parameter server holds and returns stopped, rather than failing after all_lost_timeout_s."""
+    import threading
+
+    from hetcluster.training.checkpoints import checkpoint_steps
+    from hetcluster.training.run_job import run_in_subprocess
+
+    addresses, servers, _ = make_cluster(["a"])
+    stop = threading.Event()
+
+    def leave(done, to_do, elapsed_s):
+        if done >= 20 and servers["a"].alive():
+            servers["a"].kill()
+            stop.set()
+
+    result = run_in_subprocess(TrainSpec(model=MODEL, total_steps=100_000, checkpoint_dir=str(tmp_path)), addresses,
+                               timeout_s=300, round_steps=50_000, on_progress=leave, stop_event=stop)
+    assert result.stopped and result.lost_workers == ["a"]
+    assert 20 <= result.steps_total < 100_000
+    assert checkpoint_steps(tmp_path) == result.steps_total
+    assert result.steps_per_worker["a"] + result.steps_unattributed == result.steps_applied

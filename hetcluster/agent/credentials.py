@@ -36,6 +36,14 @@ class CredentialPaths:
     client_key: Path
     token: Path
 
+    @classmethod
+    def under(cls, out_dir: Path) -> "CredentialPaths":
+        """The files generate_credentials writes in ``out_dir`` (a fleet started earlier reuses them)."""
+        out = Path(out_dir)
+        return cls(ca_cert=out / "ca.crt", ca_key=out / "ca.key", server_cert=out / "server.crt",
+                   server_key=out / "server.key", client_cert=out / "client.crt", client_key=out / "client.key",
+                   token=out / "token")
+
 
 def generate_credentials(
     out_dir: Path,
@@ -60,15 +68,7 @@ def generate_credentials(
             "no host names for the server certificate.", hint="pass --host with the agent's address."
         )
     out = Path(out_dir)
-    paths = CredentialPaths(
-        ca_cert=out / "ca.crt",
-        ca_key=out / "ca.key",
-        server_cert=out / "server.crt",
-        server_key=out / "server.key",
-        client_cert=out / "client.crt",
-        client_key=out / "client.key",
-        token=out / "token",
-    )
+    paths = CredentialPaths.under(out)
     if not overwrite:
         existing = [str(p) for p in vars(paths).values() if p.exists()]
         if existing:

@@ -1,4 +1,4 @@
-"""`hetcluster cluster up|status|down`: the emulated fleet on this machine.
+"""`hetcluster cluster up|add|remove|status|down`: the emulated fleet on this machine.
 
 Thin: parses options, calls hetcluster.emulation, prints. Errors are HetclusterErrors, which
 app.main() prints as one line.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -112,6 +112,44 @@ def status(
             )
         make_console().print(table)
     if not all(row.healthy for row in rows):
+        raise typer.Exit(1)
+
+
+@cluster_app.command("add")
+def add(
+    devices: str = typer.Option(..., "--devices", help="Comma-separated catalog profiles to start, one agent each."),
+    catalog: Optional[Path] = typer.Option(None, "--catalog", help="TOML file adding or overriding device profiles."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="State directory of the running cluster."),
+    timeout_s: float = typer.Option(120.0, "--timeout-s", help="How long to wait for the new agents to be healthy."),
+) -> None:
+    """Start more devices in the running fleet and add them to its inventory (a job training with
+    --elastic sees them join)."""
+    from hetcluster.emulation.catalog import load_catalog
+    from hetcluster.emulation.cluster import cluster_add
+
+    names = [n.strip() for n in devices.split(",") if n.strip()]
+    profiles = load_catalog(catalog).select(names)
+    inventory = cluster_add(profiles, state_dir, health_timeout_s=timeout_s)
+    added = inventory.devices[len(inventory.devices) - len(profiles):]
+    typer.echo(f"cluster {inventory.name!r}: added {len(added)} devices; inventory {inventory.path}")
+    for device in added:
+        typer.echo(f"  {device.name:<16} {device.address}")
+
+
+@cluster_app.command("remove")
+def remove(
+    device: List[str] = typer.Option(..., "--device", help="A device to stop and take out (repeatable)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="State directory of the running cluster."),
+    grace_s: float = typer.Option(10.0, "--grace-s", help="Seconds between SIGTERM and SIGKILL."),
+) -> None:
+    """Stop devices of the running fleet and take them out of its inventory (a job training with
+    --elastic sees them leave)."""
+    from hetcluster.emulation.cluster import cluster_remove
+
+    report = cluster_remove(list(device), state_dir, grace_s)
+    typer.echo(f"removed {', '.join(device)}: stopped {len(report.stopped_pids)} processes")
+    if report.leftovers:
+        typer.echo("could not remove: " + "; ".join(report.leftovers), err=True)
         raise typer.Exit(1)
 
 

@@ -47,6 +47,12 @@ REPORT = typer.Option(None, "--report", help="Write the report as JSON here (ato
 ALLOW_MISSING = typer.Option(
     False, "--allow-missing", help="Plan without devices whose agent does not answer, instead of failing."
 )
+ELASTIC = typer.Option(
+    False, "--elastic",
+    help="Watch the fleet while training: re-plan when a device leaves or joins (the inventory file, each agent's "
+         "health) and switch configuration when the predicted saving beats the switch's cost.",
+)
+ELASTIC_POLL_S = typer.Option(2.0, "--elastic-poll-s", help="With --elastic: seconds between checks of the fleet.")
 
 
 def train_command(
@@ -86,6 +92,8 @@ def train_command(
         help="Continue the job in --workdir from its latest checkpoint (its plan and options are reused).",
     ),
     allow_missing: bool = ALLOW_MISSING,
+    elastic: bool = ELASTIC,
+    elastic_poll_s: float = ELASTIC_POLL_S,
     round_steps: int = typer.Option(
         0, "--round-steps", hidden=True, help="Steps between the engine's joins (0: its default)."
     ),
@@ -95,6 +103,9 @@ def train_command(
 
     if checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every {checkpoint_every} is negative.", hint="give 0 or a step count.")
+    if not elastic_poll_s > 0:
+        raise ConfigError(f"--elastic-poll-s {elastic_poll_s} is not a positive number of seconds.",
+                          hint="e.g. --elastic-poll-s 2.")
     from hetcluster.fileio import check_writable
 
     for path in (report, export):
@@ -121,9 +132,10 @@ def train_command(
     with sigterm_as_interrupt():  # the same path as Ctrl-C: stop the run, stop the servers, keep the checkpoint
         fleet = opt.load_fleet(inventory)
         if resume:
-            job = _resume_job(fleet, workdir, allow_missing, console)
+            job = _resume_job(fleet, workdir, allow_missing, console, {"poll_s": elastic_poll_s} if elastic else None)
         else:
-            job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, export, dict(
+            elastic_record = {"poll_s": elastic_poll_s} if elastic else None
+            job = _new_job(fleet, workdir, console, allow_missing, checkpoint_every, export, elastic_record, dict(
                 objective=objective, inventory=inventory, model=model, model_config=model_config,
                 input_shape=input_shape, classes=classes, batch_size=batch_size, data=data, eval_data=eval_data,
                 eval_split=eval_split, optimizer=optimizer, learning_rate=learning_rate, total_steps=total_steps,
@@ -131,10 +143,14 @@ def train_command(
                 pretrain_protocol=pretrain_protocol, remeasure=remeasure, workdir=workdir, profile=profile,
                 deadline=deadline, max_power=max_power, max_energy=max_energy, require=require, exclude=exclude,
                 device_kind=device_kind, prepared=prepared))
-        train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing,
+        train_ledger(fleet, job, console, round_steps=round_steps, allow_missing=allow_missing, resumed=resume,
                      resume_hint=f"hetcluster train --inventory {inventory} --workdir {workdir} --resume")
         export_job_model(job, console)
     final = build_report(job)
+    if final.segments > 1 or "elastic" in job.data:
+        from hetcluster.cli.train_output import timeline_table
+
+        console.print(timeline_table(final))
     console.print(_report_table(final))
     if final.model_path:
         console.print(f"model: {final.model_path} (tf_keras.models.load_model; weights: {final.weights_path})")
@@ -174,7 +190,7 @@ def _replan_without(plan: Plan, names: list[str]) -> Any:
 
 
 def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: bool, checkpoint_every: int,
-             export: Path | None, options: dict[str, Any]) -> Any:
+             export: Path | None, elastic: dict[str, Any] | None, options: dict[str, Any]) -> Any:
     """Check the agents, pre-train or load the profile, plan, and write the job's ledger."""
     from hetcluster.cli.cmd_plan import make_plan
     from hetcluster.cli.plan_output import print_table
@@ -196,7 +212,8 @@ def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: b
     for name, reason in missing.items():
         console.print(f"[yellow]warning:[/] planning without {name}: {reason}")
     plan, profile, spec, training, budgets = make_plan(console=console, fleet=fleet, **options)
-    plan = _replan_without(plan, list(missing))
+    # and without devices the profile measured that the inventory no longer lists (nothing could launch them)
+    plan = _replan_without(plan, [*missing, *(d.name for d in profile.devices if d.name not in fleet.names)])
     print_table(plan, console=console)
     profile_path, checkpoint_dir = profile_paths(workdir)
     _adopt_checkpoint(profile, checkpoint_dir)
@@ -216,7 +233,11 @@ def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: b
               "pretrain": {"steps": profile.pretrain_steps, "time_s": profile.pretrain_time_s,
                            "energy_j": profile.pretrain_energy_j},
               "pretrain_loss_curve": [w for w in profile.loss_curve if w["last_step"] <= profile.pretrain_steps],
-              "plan_table": _plan_rows(plan)}
+              "plan_table": _plan_rows(plan),
+              "constraints": opt.constraints_record(*(options[k] for k in ("deadline", "max_power", "max_energy",
+                                                                           "require", "exclude")))}
+    if elastic is not None:
+        record["elastic"] = dict(elastic)
     return JobLedger.create(workdir, record)
 
 
@@ -238,27 +259,31 @@ def _adopt_checkpoint(profile: Profile, checkpoint_dir: Path) -> None:
         copy_checkpoint(profile.checkpoint_path, checkpoint_dir)
 
 
-def _resume_job(fleet: Inventory, workdir: Path, allow_missing: bool, console: Console) -> Any:
-    """Load the ledger, stop workers a killed coordinator left behind, check the chosen agents."""
+def _resume_job(fleet: Inventory, workdir: Path, allow_missing: bool, console: Console,
+                elastic: dict[str, Any] | None = None) -> Any:
+    """Load the ledger, stop workers a killed coordinator left behind, check the chosen agents.
+    ``elastic``: --elastic given now, for a job started without it."""
     from hetcluster.training.checkpoints import checkpoint_steps
     from hetcluster.training.coordinator import JobLedger, check_agents, stop_stale_tasks
 
     ledger = JobLedger.load(workdir)
+    if elastic is not None and "elastic" not in ledger.data:
+        ledger.data["elastic"] = dict(elastic)
     ledger.close_partial()
     stale = stop_stale_tasks(fleet, ledger.data.get("tasks", {}))
     if stale:
         console.print(f"stopped workers left by the previous coordinator on: {', '.join(stale)}")
     missing = check_agents(fleet, ledger.data["chosen"])
-    if missing and not allow_missing:
+    elastic = "elastic" in ledger.data   # it re-plans without them (train_ledger)
+    if missing and not (allow_missing or elastic):
         raise _missing_error(missing)
     if missing:
         kept = [n for n in ledger.data["chosen"] if n not in missing]
-        if not kept:
+        if not kept and not elastic:
             raise _missing_error(missing)
-        console.print(
-            f"[yellow]warning:[/] continuing without {', '.join(missing)}; the prediction is the original plan's"
-        )
-        ledger.data["chosen"] = kept
+        console.print(f"[yellow]warning:[/] continuing without {', '.join(missing)}; "
+                      + ("re-planning" if elastic else "the prediction is the original plan's"))
+        ledger.data["chosen"] = [] if elastic else kept
         ledger.save()
     steps = checkpoint_steps(ledger.data["train_spec"]["checkpoint_dir"])
     console.print(f"resuming on {' + '.join(ledger.data['chosen'])} from the checkpoint at step {steps} "
@@ -274,29 +299,49 @@ def train_ledger(
     round_steps: int = 0,
     allow_missing: bool = False,
     resume_hint: str = "",
+    resumed: bool = False,
 ) -> None:
-    """Train the ledger's job to its total on its chosen devices; record the segment(s)."""
+    """Train the ledger's job to its total on its chosen devices; record the segment(s). An
+    elastic job (``ledger.data["elastic"]``) watches its fleet meanwhile and switches configuration
+    when that pays; ``resumed``, it first re-plans over the fleet as it is now (every option a
+    fresh launch: a coordinator killed mid-switch may have left either configuration in the ledger)."""
     from hetcluster.training.checkpoints import checkpoint_steps
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices, segment_record
     from hetcluster.training.launch import DeviceLaunchError
     from hetcluster.training.spec import TrainSpec
 
     spec = TrainSpec.from_dict(ledger.data["train_spec"])
+    elastic = None
+    if "elastic" in ledger.data:
+        from hetcluster.cli.elastic import ElasticJob
+
+        elastic = ElasticJob(fleet, ledger, console)
+        if (resumed or not ledger.data["chosen"]) and checkpoint_steps(spec.checkpoint_dir) < spec.total_steps:
+            spec = elastic.adopt(elastic.fresh_plan())
     while True:
         restored = checkpoint_steps(spec.checkpoint_dir)
         if restored >= spec.total_steps:
             return
+        chosen = list(ledger.data["chosen"])
         display = LiveProgress(console, spec.total_steps, restored, ledger)
+        notes = elastic.segment_notes(chosen, restored) if elastic is not None else {}
+        rounds = round_steps or (elastic.round_steps(chosen) if elastic is not None else 0)
 
         def launched_hook(launched: LaunchedCluster) -> None:
             ledger.set_tasks(launched.task_ids)
-            if stopper.event.is_set():  # stopped while the servers started: nothing to train
+            if stopper.event.is_set() and stopper.signalled:  # stopped while the servers started: nothing to train
                 raise KeyboardInterrupt
 
+        def on_progress(done: int, to_do: int, elapsed_s: float, power_w: float) -> None:
+            display.update(done, to_do, elapsed_s, power_w)
+            if elastic is not None:
+                elastic.on_progress(done, to_do, elapsed_s, power_w)
+
         try:
-            with StopOnSignal() as stopper, display:
-                run = run_on_devices(fleet, ledger.data["chosen"], spec, on_progress=display.update,
-                                     on_launched=launched_hook, stop_event=stopper.event, round_steps=round_steps)
+            with StopOnSignal() as stopper, display, _watching(elastic, chosen, restored, stopper.event):
+                run = run_on_devices(elastic.fleet if elastic is not None else fleet, chosen, spec,
+                                     on_progress=on_progress, on_launched=launched_hook, stop_event=stopper.event,
+                                     round_steps=rounds, on_ready=elastic.on_ready if elastic is not None else None)
         except SegmentInterrupted as interrupt:
             applied = checkpoint_steps(spec.checkpoint_dir) - restored
             ledger.record_segment({"time_s": interrupt.time_s, "energy_j": sum(interrupt.energy_per_device_j.values()),
@@ -306,17 +351,31 @@ def train_ledger(
                                    "devices": ledger.data["chosen"]})
             _stopped(ledger, console, spec, resume_hint)
         except DeviceLaunchError as error:
-            if not allow_missing or len(ledger.data["chosen"]) == 1:
+            if not (allow_missing or elastic is not None) or len(ledger.data["chosen"]) == 1:
                 raise
             console.print(f"[yellow]warning:[/] {error.device} could not start its worker; continuing without it")
             ledger.data["chosen"] = [n for n in ledger.data["chosen"] if n != error.device]
             ledger.save()
             continue
-        ledger.record_segment(segment_record(run))
+        record = {**segment_record(run), **notes}
+        ledger.record_segment(record)
         ledger.set_tasks({})
+        if elastic is not None:
+            elastic.finish_switch(record)
+            if elastic.decision is not None and not stopper.signalled:
+                if run.result.stopped:
+                    spec = elastic.adopt(elastic.begin_switch(record))
+                    continue
+                elastic.say("the job reached its total before the switch")
         if run.result.stopped:
             _stopped(ledger, console, spec, resume_hint)
         return
+
+
+def _watching(elastic: Any, chosen: list[str], restored: int, stop: threading.Event) -> Any:
+    import contextlib
+
+    return elastic.watching(chosen, restored, stop) if elastic is not None else contextlib.nullcontext()
 
 
 def export_job_model(ledger: JobLedger, console: Console) -> None:
@@ -358,12 +417,14 @@ class StopOnSignal:
     one interrupts at once (KeyboardInterrupt: servers stopped, the run's process checkpoints)."""
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.event = threading.Event()   # also set by an elastic job's switch: ``signalled`` tells them apart
+        self.signalled = False
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.event.is_set():
+        if self.signalled:
             raise KeyboardInterrupt
+        self.signalled = True
         self.event.set()
 
     def __enter__(self) -> "StopOnSignal":
@@ -418,12 +479,18 @@ class LiveProgress:
 def build_report(ledger: JobLedger) -> Any:
     """The whole job's report from the ledger: pre-training plus every segment trained."""
     from hetcluster.training.checkpoints import checkpoint_steps, latest_checkpoint
-    from hetcluster.training.report import JobMetrics, TrainReport, measured_metrics
+    from hetcluster.training.report import JobMetrics, TrainReport, job_timeline, measured_metrics
 
     data, segments = ledger.data, ledger.segments
     pre = data["pretrain"]
-    run_time_s = sum(s["time_s"] for s in segments)
-    run_energy_j = sum(s["energy_j"] for s in segments)
+    events = (data.get("elastic") or {}).get("events", [])
+    switches = [e for e in events if e.get("kind") == "switch" and e.get("gap_s") is not None]
+    switch_s = sum(float(e["gap_s"]) for e in switches)
+    # a joining device measured alone trains beside the job (no time added), on energy the job spends
+    measure_j = sum(float(e.get("energy_j") or 0.0) for e in events if e.get("kind") == "figures")
+    run_time_s = sum(s["time_s"] for s in segments) + switch_s
+    run_energy_j = (sum(s["energy_j"] for s in segments) + sum(float(e.get("gap_energy_j") or 0.0) for e in switches)
+                    + measure_j)
     per_worker: dict[str, int] = {}
     per_device_j: dict[str, float] = {}
     lost: list[str] = []
@@ -454,6 +521,9 @@ def build_report(ledger: JobLedger) -> Any:
             "time_s": run_time_s,
             "energy_j": run_energy_j,
             "launch_s": sum(float(s.get("launch_s", 0.0)) for s in segments),
+            "switch_s": switch_s,
+            "switches": len(switches),
+            "measure_energy_j": measure_j,
         },
         energy_per_device_j=per_device_j,
         stopped=steps_total < int(data["train_spec"]["total_steps"]),
@@ -465,6 +535,7 @@ def build_report(ledger: JobLedger) -> Any:
         model_path=exported.get("model_path"),
         weights_path=exported.get("weights_path"),
         held_out=exported.get("held_out"),
+        timeline=job_timeline(segments, events),
     )
 
 

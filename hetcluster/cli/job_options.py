@@ -258,3 +258,20 @@ def constraints(deadline: float | None, max_power: float | None, max_energy: flo
     if exclude:
         result.append(Exclude(tuple(exclude)))
     return tuple(result)
+
+
+def constraints_record(deadline: float | None, max_power: float | None, max_energy: float | None,
+                       require: Sequence[str] | None, exclude: Sequence[str] | None) -> dict[str, Any]:
+    """The job's constraints as its ledger keeps them (an elastic job re-plans under them)."""
+    return {"deadline": deadline, "max_power": max_power, "max_energy": max_energy,
+            "require": list(require or ()), "exclude": list(exclude or ())}
+
+
+def ledger_constraints(ledger_data: dict[str, Any], known: Sequence[str]) -> tuple[Any, ...]:
+    """The planner constraints of a job's ledger over the devices ``known`` now: a required or
+    excluded device that is not among them (it left) is dropped from the constraint."""
+    record = ledger_data.get("constraints") or {}
+    keep = set(known)
+    return constraints(record.get("deadline"), record.get("max_power"), record.get("max_energy"),
+                       [n for n in record.get("require", ()) if n in keep] or None,
+                       [n for n in record.get("exclude", ()) if n in keep] or None, list(known))

@@ -41,6 +41,63 @@ def report_table(report: TrainReport) -> Any:
     return table
 
 
+def timeline_table(report: TrainReport) -> Any:
+    """A rich Table of the job's timeline: each segment (configuration, steps, measured time and
+    energy against the planner's) and, for an elastic job, each departure, arrival, re-plan and
+    switch at the step it happened."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="timeline", box=box.SIMPLE_HEAD, show_lines=False)
+    for header in ("at step", "what", "devices", "steps", "time s (predicted)", "energy J (predicted)"):
+        table.add_column(header, justify="right" if header.startswith(("at", "steps", "time", "energy")) else "left",
+                         overflow="fold")
+
+    def predicted(measured: float, guess: Any) -> str:
+        return f"{measured:.1f}" + (f" ({guess:.1f})" if guess is not None else "")
+
+    for row in report.timeline:
+        kind = row["kind"]
+        if kind == "segment":
+            what = "trained, stopped to switch" if row["stopped"] else "trained"
+            lost = f" (lost {', '.join(row['lost_workers'])})" if row["lost_workers"] else ""
+            table.add_row(str(row["steps_from"]), what + lost, "+".join(row["devices"]),
+                          f"{row['steps_from']}→{row['steps_to']}", predicted(row["time_s"], row["predicted_time_s"]),
+                          predicted(row["energy_j"], row["predicted_energy_j"]))
+        elif kind in ("left", "joined"):
+            table.add_row(str(row["step"]), f"{kind}: {row['reason']}", row["device"], "", "", "")
+        elif kind == "figures":
+            table.add_row(str(row["step"]), f"figures: {row['steps_per_s']:.2f} steps/s alone ({row['source']})",
+                          row["device"], "", "", "")
+        elif kind == "unmeasured":
+            table.add_row(str(row["step"]), f"not measured: {row['reason']}", row["device"], "", "", "")
+        elif kind == "replan":
+            table.add_row(str(row["step"]), _replan_what(row), "+".join(row.get("chosen") or []), "", "", "")
+        elif kind == "switch":
+            cost = ""
+            if row.get("measured_to_first_step_s") is not None:
+                cost = (f", first step {row['measured_to_first_step_s']:.1f} s after the decision (predicted "
+                        f"{row['predicted']['to_first_step_s']:.1f} s)")
+            table.add_row(str(row["step"]), f"switch{cost}", f"{'+'.join(row['source'])} → {'+'.join(row['target'])}",
+                          "", "", "")
+    return table
+
+
+def _replan_what(row: dict[str, Any]) -> str:
+    """A re-plan in brief: what it decided, its saving against its cost."""
+    unit = row.get("unit", "")
+
+    def amount(value: Any) -> str:
+        return "-" if value is None else f"{value:.3g} {unit}"
+
+    if not row.get("candidate"):
+        return "re-plan: stay (nothing to switch to)"
+    weighed = f"saving {amount(row['saving'])} against a cost of {amount(row['switch_cost'])}"
+    if row.get("switch"):
+        return f"re-plan: switch, {weighed}"
+    return f"re-plan: stay ({'+'.join(row['candidate'])}: {weighed})"
+
+
 def plot_loss_curve(report: TrainReport, path: Any) -> None:
     """The training loss over the job's steps (each window's mean), as a figure at ``path``."""
     import matplotlib

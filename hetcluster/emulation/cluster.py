@@ -11,6 +11,7 @@ exactly the recorded processes and removes exactly the recorded cgroups and name
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shutil
@@ -20,21 +21,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
+from hetcluster.agent.credentials import CredentialPaths
 from hetcluster.emulation.catalog import DeviceProfile, check_fleet_fits
 from hetcluster.emulation.cgroups import Cgroups, DeviceCgroup, detect_cgroups, remove_dirs
 from hetcluster.emulation.dutycycle import DutyCycler
 from hetcluster.emulation.slowdown import wrapper_command
 from hetcluster.emulation.state import ClusterState, DeviceState, ProcessRecord, default_state_dir, load_state
 from hetcluster.errors import EmulationError
-from hetcluster.inventory import DeviceEntry, Inventory, write_inventory
+from hetcluster.inventory import DeviceEntry, Inventory, load_inventory, write_inventory
 from hetcluster.tfenv import tf_env
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hetcluster.agent.credentials import CredentialPaths
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +103,7 @@ def cluster_up(
         state_dir=str(state_dir),
         inventory_path=str(Path(inventory_path).resolve()),
         credentials_dir=str(state_dir / "creds"),
+        allow_open_plane=allow_open_plane,
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     state.save()
@@ -132,7 +132,6 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
            allow_open_plane: bool = False) -> Inventory:
     from hetcluster.agent.credentials import generate_credentials
 
-    state_dir = Path(state.state_dir)
     shaped = None
     if state.network == "shaped":
         from hetcluster.emulation.netns import create_network
@@ -147,70 +146,175 @@ def _start(state: ClusterState, profiles: list[DeviceProfile], cgroups: Cgroups 
         hosts.append(shaped.host_address)
     creds = generate_credentials(Path(state.credentials_dir), hosts)
 
-    launched: list[tuple[DeviceState, subprocess.Popen]] = []
-    for profile in profiles:
-        device_dir = state_dir / profile.name
-        device_dir.mkdir(parents=True, exist_ok=True)
-        device = DeviceState(
-            name=profile.name,
-            profile=profile.catalog_name,
-            share=profile.compute_share,
-            memory_budget_bytes=profile.memory_budget_bytes,
-            config_path=str(device_dir / "agent.toml"),
-            log_path=str(device_dir / "agent.log"),
-        )
-        state.devices.append(device)
-        group: DeviceCgroup | None = None
-        if cgroups is not None:
-            group = cgroups.create(state.name, profile.name, profile.compute_share, profile.memory_budget_bytes)
-            device.cgroup = group.to_state()
-            state.save()
-        host = shaped.link(profile.name).address if shaped else "127.0.0.1"
-        prefix: list[str] = []
-        sys_visible = True
-        if shaped:
-            from hetcluster.emulation.netns import exec_prefix
-
-            prefix, sys_visible = exec_prefix(shaped.link(profile.name).netns)
-        _write_agent_config(device, profile, host, creds, group if sys_visible else None, allow_open_plane)
-        # an agent that cannot see /sys/fs/cgroup (`ip netns exec`) cannot put its TF servers into
-        # the device's cgroups: it then runs inside them itself, and its servers inherit them
-        process = _launch_agent(device, None if sys_visible else group, prefix)
-        device.agent = ProcessRecord.of(process.pid)
-        state.save()
-        if group is None:
-            supervisor = DutyCycler().start(process.pid, profile.compute_share, str(device_dir / "dutycycle.log"))
-            if supervisor is not None:
-                device.supervisor = ProcessRecord.of(supervisor.pid)
-                state.save()
-        launched.append((device, process))
-
+    launched = [_start_device(state, profile, cgroups, shaped, creds, allow_open_plane) for profile in profiles]
     _wait_healthy(launched, creds, health_timeout_s)
     inventory = Inventory(
         name=state.name,
         network=state.network,
         idle_power_counts=False,
         parameter_server_host=shaped.host_address if shaped else "127.0.0.1",
-        devices=tuple(
-            DeviceEntry(
-                name=device.name,
-                address=device.address,
-                token_file=creds.token,
-                ca_file=creds.ca_cert,
-                cert_file=creds.client_cert,
-                key_file=creds.client_key,
-                memory_budget_bytes=device.memory_budget_bytes,
-                profile=device.profile,
-                device_class=device.profile,   # one catalog profile: identical devices
-            )
-            for device in state.devices
-        ),
+        devices=tuple(_entry(device, creds) for device in state.devices),
         path=Path(state.inventory_path),
     )
     write_inventory(inventory, state.inventory_path)
     state.save()
     log.info("cluster %s up: %d devices (%s, %s)", state.name, len(state.devices), state.slowdown, state.network)
     return inventory
+
+
+def _start_device(state: ClusterState, profile: DeviceProfile, cgroups: Cgroups | None, shaped: Any,
+                  creds: CredentialPaths, allow_open_plane: bool) -> tuple[DeviceState, subprocess.Popen]:
+    """Make one device's slowdown (and find its namespace), start its agent inside them; each
+    step recorded in the state first."""
+    device_dir = Path(state.state_dir) / profile.name
+    device_dir.mkdir(parents=True, exist_ok=True)
+    device = DeviceState(
+        name=profile.name,
+        profile=profile.catalog_name,
+        share=profile.compute_share,
+        memory_budget_bytes=profile.memory_budget_bytes,
+        config_path=str(device_dir / "agent.toml"),
+        log_path=str(device_dir / "agent.log"),
+    )
+    state.devices.append(device)
+    group: DeviceCgroup | None = None
+    if cgroups is not None:
+        group = cgroups.create(state.name, profile.name, profile.compute_share, profile.memory_budget_bytes)
+        device.cgroup = group.to_state()
+        state.save()
+    host = shaped.link(profile.name).address if shaped else "127.0.0.1"
+    prefix: list[str] = []
+    sys_visible = True
+    if shaped:
+        from hetcluster.emulation.netns import exec_prefix
+
+        prefix, sys_visible = exec_prefix(shaped.link(profile.name).netns)
+    _write_agent_config(device, profile, host, creds, group if sys_visible else None, allow_open_plane)
+    # an agent that cannot see /sys/fs/cgroup (`ip netns exec`) cannot put its TF servers into
+    # the device's cgroups: it then runs inside them itself, and its servers inherit them
+    process = _launch_agent(device, None if sys_visible else group, prefix)
+    device.agent = ProcessRecord.of(process.pid)
+    state.save()
+    if group is None:
+        supervisor = DutyCycler().start(process.pid, profile.compute_share, str(device_dir / "dutycycle.log"))
+        if supervisor is not None:
+            device.supervisor = ProcessRecord.of(supervisor.pid)
+            state.save()
+    return device, process
+
+
+def _entry(device: DeviceState, creds: CredentialPaths) -> DeviceEntry:
+    return DeviceEntry(
+        name=device.name,
+        address=device.address,
+        token_file=creds.token,
+        ca_file=creds.ca_cert,
+        cert_file=creds.client_cert,
+        key_file=creds.client_key,
+        memory_budget_bytes=device.memory_budget_bytes,
+        profile=device.profile,
+        device_class=device.profile,   # one catalog profile: identical devices
+    )
+
+
+def cluster_add(profiles: list[DeviceProfile], state_dir: Path | None = None, *, health_timeout_s: float = 120.0,
+                cgroup_root: Path = Path("/")) -> Inventory:
+    """Start more devices in the running (loopback) fleet and add them to its inventory file, the
+    entries already there kept as they are: a job that watches the inventory (`train --elastic`)
+    sees them join. On any failure the devices it started are stopped again."""
+    state = _running(state_dir)
+    if state.network != "loopback":
+        raise EmulationError(f"cluster add works on a loopback fleet; this one's network is {state.network}.",
+                             hint="start the fleet with every device (`cluster up --devices ...`).")
+    if not profiles:
+        raise EmulationError("no devices to add.", hint="pass --devices rpi4,...")
+    taken = {d.name for d in state.devices} | set(_inventory_names(state))
+    profiles = [_unclaimed(profile, taken) for profile in profiles]
+    for profile in profiles:
+        if not _NAME_RE.match(profile.name):
+            raise EmulationError(
+                f"device name {profile.name!r} is not lower-case letters, digits or '-'.", hint="rename the profile."
+            )
+    check_fleet_fits([*(_PresentShare(d.name, d.share) for d in state.devices), *profiles])
+    cgroups = None if state.slowdown == "dutycycle" else detect_cgroups(cgroup_root)
+    creds = CredentialPaths.under(Path(state.credentials_dir))
+    before = len(state.devices)
+    try:
+        launched = [_start_device(state, profile, cgroups, None, creds, state.allow_open_plane)
+                    for profile in profiles]
+        _wait_healthy(launched, creds, health_timeout_s)
+        inventory = load_inventory(state.inventory_path)
+        inventory = dataclasses.replace(
+            inventory, devices=(*inventory.devices, *(_entry(d, creds) for d in state.devices[before:])))
+        write_inventory(inventory, state.inventory_path)
+        state.save()
+    except BaseException:
+        log.warning("cluster add failed; stopping the devices it started")
+        _stop_devices(state, state.devices[before:], 10.0, DownReport())
+        raise
+    log.info("cluster %s: added %s", state.name, ", ".join(p.name for p in profiles))
+    return inventory
+
+
+def cluster_remove(names: list[str], state_dir: Path | None = None, grace_s: float = 10.0) -> DownReport:
+    """Stop the named devices of the running fleet (their agents and TF servers, their cgroups)
+    and take them out of its inventory file: a job that watches it (`train --elastic`) sees them
+    leave."""
+    state = _running(state_dir)
+    known = {d.name: d for d in state.devices}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise EmulationError(f"no emulated device {', '.join(map(repr, unknown))} in cluster {state.name!r}.",
+                             hint=f"its devices are: {', '.join(known) or 'none'}.")
+    if not names:
+        raise EmulationError("no device to remove.", hint="pass --device NAME.")
+    report = DownReport()
+    _stop_devices(state, [known[n] for n in names], grace_s, report)
+    inventory = load_inventory(state.inventory_path, check_credentials=False)
+    if inventory.devices and any(d.name not in names for d in inventory.devices):
+        write_inventory(dataclasses.replace(inventory, devices=tuple(d for d in inventory.devices
+                                                                       if d.name not in names)),
+                        state.inventory_path)
+    log.info("cluster %s: removed %s", state.name, ", ".join(names))
+    return report
+
+
+def _unclaimed(profile: DeviceProfile, taken: set[str]) -> DeviceProfile:
+    """``profile`` under a name the fleet has not used: a second server is server-2 (one device
+    class with the first, as `up` numbers identical devices); the name is then taken."""
+    name, number = profile.name, 1
+    while name in taken:
+        number += 1
+        name = f"{profile.catalog_name}-{number}"
+    taken.add(name)
+    return profile if name == profile.name else dataclasses.replace(profile, name=name,
+                                                                    profile_name=profile.catalog_name)
+
+
+@dataclass(frozen=True)
+class _PresentShare:
+    """A running device's compute share, as check_fleet_fits reads a profile's."""
+
+    name: str
+    compute_share: float
+
+
+def _running(state_dir: Path | None) -> ClusterState:
+    directory = Path(state_dir or default_state_dir()).resolve()
+    state = load_state(directory)
+    if state is None:
+        raise EmulationError(
+            f"no emulated cluster is up (no state in {directory}).",
+            hint="pass --state-dir if it was started elsewhere, or start one with `hetcluster cluster up`.",
+        )
+    return state
+
+
+def _inventory_names(state: ClusterState) -> tuple[str, ...]:
+    try:
+        return load_inventory(state.inventory_path, check_credentials=False).names
+    except Exception:  # noqa: BLE001 - an inventory edited into something unreadable: its names cannot clash
+        return ()
 
 
 def _write_agent_config(
@@ -336,14 +440,15 @@ def cluster_down(state_dir: Path | None = None, grace_s: float = 10.0) -> DownRe
     return _teardown(state, grace_s)
 
 
-def _teardown(state: ClusterState, grace_s: float = 10.0) -> DownReport:
-    report = DownReport()
+def _stop_devices(state: ClusterState, devices: list[DeviceState], grace_s: float, report: DownReport) -> list:
+    """Stop these devices' processes, remove their cgroups and folders, and drop them from the
+    state (saved); returns their cgroups (whose parents the caller may remove)."""
     # Supervisors first: each resumes its (stopped) tree on exit, so SIGTERM can then be handled.
-    supervisors = [d.supervisor.process() for d in state.devices if d.supervisor]
+    supervisors = [d.supervisor.process() for d in devices if d.supervisor]
     _stop([p for p in supervisors if p is not None], grace_s, report)
-    groups = [DeviceCgroup.from_state(d.cgroup) for d in state.devices if d.cgroup]
+    groups = [DeviceCgroup.from_state(d.cgroup) for d in devices if d.cgroup]
     victims: dict[int, psutil.Process] = {}
-    for device in state.devices:
+    for device in devices:
         agent = device.agent.process() if device.agent else None
         if agent is not None:
             for process in [agent, *_children(agent)]:
@@ -359,19 +464,29 @@ def _teardown(state: ClusterState, grace_s: float = 10.0) -> DownReport:
         left = group.remove()
         report.removed_cgroups += len(group.dirs) - len(left)
         report.leftovers.extend(f"cgroup {p}" for p in left)
+    state_dir = Path(state.state_dir)
+    for device in devices:
+        shutil.rmtree(state_dir / device.name, ignore_errors=True)
+    gone = {id(d) for d in devices}
+    state.devices = [d for d in state.devices if id(d) not in gone]
+    if state.path.exists():
+        state.save()
+    return groups
+
+
+def _teardown(state: ClusterState, grace_s: float = 10.0) -> DownReport:
+    report = DownReport()
+    groups = _stop_devices(state, list(state.devices), grace_s, report)
     # Parents (hetcluster/<cluster>) were made by the first device; now that all are gone, retry them.
     remove_dirs([p for group in groups for p in group.parents])
     if state.shaped:
         from hetcluster.emulation.netns import ShapedNetwork, remove_network
 
         report.leftovers.extend(remove_network(ShapedNetwork.from_state(state.shaped)))
-    state_dir = Path(state.state_dir)
-    for device in state.devices:
-        shutil.rmtree(state_dir / device.name, ignore_errors=True)
     shutil.rmtree(state.credentials_dir, ignore_errors=True)
     state.path.unlink(missing_ok=True)
     try:
-        state_dir.rmdir()
+        Path(state.state_dir).rmdir()
     except OSError:
         pass  # not empty: it holds the user's other files
     log.info("cluster %s down: stopped %d processes", state.name, len(report.stopped_pids))
@@ -404,4 +519,5 @@ def _stop(processes: list[psutil.Process], grace_s: float, report: DownReport) -
     report.stopped_pids.extend(p.pid for p in processes)
 
 
-__all__ = ["DownReport", "NETWORK_MODES", "SLOWDOWNS", "agent_command", "cluster_down", "cluster_up"]
+__all__ = ["DownReport", "NETWORK_MODES", "SLOWDOWNS", "agent_command", "cluster_add", "cluster_down",
+           "cluster_remove", "cluster_up"]

@@ -73,6 +73,7 @@ class ClusterState:
     credentials_dir: str
     devices: list[DeviceState] = field(default_factory=list)
     shaped: dict | None = None  # ShapedNetwork.to_state()
+    allow_open_plane: bool = False  # the developer switch `up` gave its agents; `add` gives it to its own
 
     @property
     def path(self) -> Path:

@@ -82,9 +82,10 @@ OPENING_S = 10.0
 # windows of a few steps read slow devices low (docs/decisions.md#min-solo-window-steps)
 MIN_SOLO_WINDOW_STEPS = 10
 
-# on_event(kind, details): kinds "excluded", "idle", "run_start", "run_done" (with the run's RunResult,
-# its step stamps included), "progress", "plan" (a "line" saying what the phase does next and why); a
-# run's events carry "what": "opening" for the opening run (step 3, not measured), "" for the others
+# on_event(kind, details): kinds "excluded", "idle", "launched" (the phase's servers up: "devices",
+# "launch_s"), "run_start", "run_done" (with the run's RunResult, its step stamps included),
+# "progress", "plan" (a "line" saying what the phase does next and why); a run's events carry
+# "what": "opening" for the opening run (step 3, not measured), "" for the others
 EventFn = Callable[[str, dict[str, Any]], None]
 
 # memory(devices) → the memory plan a run of those devices trains under, as training would run
@@ -297,6 +298,7 @@ class _Phase:
 
         while self.cluster is None:
             names = [n for n in self.recorders if n not in self.excluded]
+            started_s = time.monotonic()
             try:
                 self.cluster = launch_cluster([self.inventory.device(n) for n in names],
                                               self.inventory.parameter_server_host,
@@ -306,6 +308,8 @@ class _Phase:
                 if len(names) < 2 or error.device not in names:
                     raise
                 self.exclude(error.device, f"its TF worker did not start: {error.message}")
+                continue
+            self.on_event("launched", {"devices": names, "launch_s": time.monotonic() - started_s})
         return self.cluster
 
     def stop_servers(self) -> None:

@@ -113,6 +113,10 @@ class MeasuredRun:
     result: RunResult
     energy_per_device_j: dict[str, float]
     launch_s: float
+    launch_wall_s: float = 0.0     # when its servers were asked to start
+    stopped_wall_s: float = 0.0    # when its servers were all stopped again
+    launch_energy_j: float = 0.0   # metered from launch_wall_s to the run's start
+    stop_energy_j: float = 0.0     # metered from the run's end to stopped_wall_s
 
     @property
     def time_s(self) -> float:
@@ -139,11 +143,13 @@ def metered_devices(inventory: Inventory, chosen: Sequence[str]) -> list[str]:
 
 def run_on_devices(inventory: Inventory, chosen: Sequence[str], spec: TrainSpec, *,
                    on_progress: ProgressFn | None = None, stop_event: threading.Event | None = None,
-                   on_launched: Callable[[Any], None] | None = None, round_steps: int = 0,
+                   on_launched: Callable[[Any], None] | None = None, on_ready: Callable[[float], None] | None = None,
+                   round_steps: int = 0,
                    power_rate_hz: float = TRAIN_POWER_RATE_HZ, ready_timeout_s: float = 180.0,
                    run_timeout_s: float | None = None, log_path: Path | None = None) -> MeasuredRun:
     """Launch workers on ``chosen`` (+ a local PS), train ``spec`` to its total, meter, stop.
 
+    ``on_ready(launch_s)`` is called once every server is up, with the seconds that took.
     Raises DeviceLaunchError (``.device``) when a device cannot start its worker, TrainingError
     when the run fails, SegmentInterrupted on Ctrl-C/SIGTERM (servers stopped, the engine's
     checkpoint written by the run's process).
@@ -152,8 +158,8 @@ def run_on_devices(inventory: Inventory, chosen: Sequence[str], spec: TrainSpec,
 
     entries = [inventory.device(name) for name in chosen]
     with PowerMeter(inventory, metered_devices(inventory, chosen), rate_hz=power_rate_hz) as meter:
-        t_launch = time.monotonic()
-        launch_s, run_start_wall_s = 0.0, time.time()
+        t_launch, launch_wall_s = time.monotonic(), time.time()
+        launch_s, run_start_wall_s = 0.0, launch_wall_s
         try:
             # the training process starts beside the servers and connects once they are ready
             with launch_cluster(entries, inventory.parameter_server_host, ready_timeout_s=ready_timeout_s,
@@ -165,6 +171,8 @@ def run_on_devices(inventory: Inventory, chosen: Sequence[str], spec: TrainSpec,
                     nonlocal launch_s, run_start_wall_s
                     launched.wait_ready()
                     launch_s, run_start_wall_s = time.monotonic() - t_launch, time.time()
+                    if on_ready is not None:
+                        on_ready(launch_s)
 
                 try:
                     result = train_on(launched, chosen, spec, meter, on_progress=on_progress, stop_event=stop_event,
@@ -178,10 +186,13 @@ def run_on_devices(inventory: Inventory, chosen: Sequence[str], spec: TrainSpec,
         except KeyboardInterrupt as interrupt:
             now = time.time()
             raise SegmentInterrupted(now - run_start_wall_s, meter.energy_j(run_start_wall_s, now)) from interrupt
+        stopped_wall_s = time.time()
         energies = meter.energy_j(result.start_wall_s, result.end_wall_s)
+        launch_j = sum(meter.energy_j(launch_wall_s, result.start_wall_s).values())
+        stop_j = sum(meter.energy_j(result.end_wall_s, stopped_wall_s).values())
     log.info("run on %s: %d steps in %.1f s, %.1f J", "+".join(chosen), result.steps_applied,
              result.end_wall_s - result.start_wall_s, sum(energies.values()))
-    return MeasuredRun(list(chosen), result, energies, launch_s)
+    return MeasuredRun(list(chosen), result, energies, launch_s, launch_wall_s, stopped_wall_s, launch_j, stop_j)
 
 
 def train_on(launched: LaunchedCluster, chosen: Sequence[str], spec: TrainSpec, meter: PowerMeter, *,
@@ -208,6 +219,8 @@ class JobLedger:
 
     path: Path
     data: dict[str, Any] = field(default_factory=dict)
+    # held while the record is changed and written: an elastic job's watching thread writes it too
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     FILE = "train_state.json"
 
@@ -232,7 +245,8 @@ class JobLedger:
         return (Path(workdir) / JobLedger.FILE).exists()
 
     def save(self) -> None:
-        write_json_atomic(self.path, self.data)
+        with self.lock:
+            write_json_atomic(self.path, self.data)
 
     def set_tasks(self, task_ids: dict[str, str]) -> None:
         self.data["tasks"] = dict(task_ids)
@@ -240,10 +254,11 @@ class JobLedger:
 
     def record_segment(self, segment: dict[str, Any], *, partial: bool = False) -> None:
         """Add a segment; a partial one (in progress) replaces the previous partial entry."""
-        segments = [s for s in self.data["segments"] if not s.get("partial")]
-        segments.append({**segment, "partial": partial})
-        self.data["segments"] = segments
-        self.save()
+        with self.lock:
+            segments = [s for s in self.data["segments"] if not s.get("partial")]
+            segments.append({**segment, "partial": partial})
+            self.data["segments"] = segments
+            self.save()
 
     def close_partial(self) -> int:
         """Keep a killed coordinator's in-progress segment as a finished one (its time was spent)."""
@@ -258,7 +273,8 @@ class JobLedger:
 
     @property
     def segments(self) -> list[dict[str, Any]]:
-        return list(self.data["segments"])
+        with self.lock:
+            return list(self.data["segments"])
 
 
 def copy_checkpoint(checkpoint_path: str | None, target_dir: Path) -> Path:
@@ -313,4 +329,7 @@ def segment_record(run: MeasuredRun) -> dict[str, Any]:
             "steps_unattributed": r.steps_unattributed, "lost_workers": r.lost_workers,
             "final_loss": r.final_loss, "stopped": r.stopped, "checkpoint_path": r.checkpoint_path,
             "devices": run.devices, "steps_per_s": r.steps_per_s, "memory_plan": r.memory_plan,
-            "loss_curve": r.loss_curve}
+            "loss_curve": r.loss_curve, "start_wall_s": r.start_wall_s, "end_wall_s": r.end_wall_s,
+            "first_step_wall_s": min((end for _, end, _ in r.step_times), default=None),
+            "launch_wall_s": run.launch_wall_s, "stopped_wall_s": run.stopped_wall_s,
+            "launch_energy_j": run.launch_energy_j, "stop_energy_j": run.stop_energy_j}

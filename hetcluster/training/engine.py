@@ -315,8 +315,10 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     checkpoint and returns what it did with ``stopped=True``.
     With ``spec.start_barrier`` the first ``barrier_rounds(warmup_steps)`` rounds are one closure
     per worker each (see TrainSpec).
-    When no worker has accepted a connection for ``all_lost_timeout_s``, TrainingError is raised
-    (TF itself would wait for them forever); the process is then unusable for TF, so exit it.
+    When no worker has accepted a connection for ``all_lost_timeout_s``, the steps applied are
+    checkpointed and TrainingError is raised (TF itself would wait for them forever); the process
+    is then unusable for TF, so exit it. When none answers while a stop is asked, the run ends at
+    once the same way, stopped, without waiting that long (an elastic job re-plans on other devices).
     """
     import tensorflow as tf
 
@@ -343,11 +345,10 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
             last_alive_s[1] = now
             if any(address_reachable(a, timeout_s=0.5) for a in cluster.workers.values()):
                 last_alive_s[0] = now
-            elif now - last_alive_s[0] > all_lost_timeout_s:
-                # ClusterCoordinator would wait for a worker to come back forever
-                raise TrainingError(f"All workers are gone ({', '.join(cluster.worker_names)}); "
-                                    f"{trainer.iterations()} steps applied so far.",
-                                    hint="restart the devices' workers and resume from the last checkpoint.")
+            elif (stop_event is not None and stop_event.is_set()) or now - last_alive_s[0] > all_lost_timeout_s:
+                # ClusterCoordinator would wait for a worker to come back forever: the round is
+                # given up; the parameter servers still hold every applied step, so it is saved
+                raise _WorkersGone
 
     scheduled = 0
     checkpoint_path = None
@@ -385,6 +386,14 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
         log.error("training failed (%d steps applied at the last round): %s", current, exc)
         raise TrainingError(f"Training failed: {op_error_summary(exc.message or str(exc))}",
                             hint="check that the parameter server is alive; resume from the last checkpoint.") from exc
+    except _WorkersGone:
+        current = trainer.iterations()
+        saved = trainer.save()
+        if stop_event is None or not stop_event.is_set():
+            raise TrainingError(f"All workers are gone ({', '.join(cluster.worker_names)}); {current} steps applied "
+                                f"so far, checkpointed at {saved}.",
+                                hint="restart the devices' workers and resume from the last checkpoint.") from None
+        log.warning("every worker is gone and a stop was asked: %d steps applied, checkpointed", current)
     end_wall_s = time.time()
     if on_progress is not None:
         on_progress(current - restored, to_do, end_wall_s - start_wall_s)
@@ -394,6 +403,11 @@ def run_training(spec: TrainSpec, cluster: ClusterAddresses, *, gradient_fn: Gra
     result.round_starts_wall_s = round_starts
     result.stopped = current < target
     return result
+
+
+class _WorkersGone(Exception):
+    """No worker has answered for a while (or none answers and a stop was asked): the round in
+    progress can never end, since ClusterCoordinator waits for a lost worker to come back."""
 
 
 def op_error_summary(message: str, limit_chars: int = 240) -> str:

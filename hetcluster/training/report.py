@@ -88,6 +88,9 @@ class TrainReport:
     model_path: str | None = None       # the exported model (tf_keras.models.load_model), once trained
     weights_path: str | None = None
     held_out: dict[str, Any] | None = None   # the exported model's loss, accuracy, examples, source
+    # the job's story, in order: each segment trained (job_timeline) and, for an elastic job, each
+    # device that left or joined, each re-plan and each switch
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def errors(self) -> dict[str, float | None]:
@@ -99,11 +102,59 @@ class TrainReport:
         data["measured"] = self.measured.to_dict()
         data["errors"] = self.errors
         data["definitions"] = {
-            "time_s": "pre-training wall time + training run wall time (server start-up excluded, see run.launch_s)",
+            "time_s": "pre-training wall time + training run wall time (server start-up excluded, see run.launch_s; "
+                      "an elastic switch's whole gap included, see run.switch_s)",
             "energy_j": "pre-training energy + chosen devices' power streams integrated over the run"
-                        " (+ other devices' streams when idle power counts)",
+                        " (+ other devices' streams when idle power counts; + an elastic job's switch gaps and"
+                        " measurements of joining devices, see run)",
             "power_w": "training run energy / training run time",
+            "timeline": "segments trained and the elastic job's events, in order; a segment's predicted time and "
+                        "energy are the planner's for the steps it applied (its start-up + steps / R)",
             "edp_js": "energy_j * time_s",
             "errors": "(predicted - measured) / measured",
         }
         return data
+
+
+EVENT_KINDS = ("left", "joined", "figures", "unmeasured", "replan", "switch")
+
+
+def segment_row(segment: Mapping[str, Any]) -> dict[str, Any]:
+    """A segment of the job's timeline: what trained it, from which step to which, its measured
+    time and energy, and the planner's for the steps it applied (start-up + steps / R)."""
+    steps = int(segment.get("steps_applied", 0))
+    restored = int(segment.get("steps_restored", 0))
+    row: dict[str, Any] = {
+        "kind": "segment", "devices": list(segment.get("devices", [])), "steps_from": restored,
+        "steps_to": restored + steps, "steps": steps, "time_s": float(segment.get("time_s", 0.0)),
+        "energy_j": float(segment.get("energy_j", 0.0)), "launch_s": float(segment.get("launch_s", 0.0)),
+        "lost_workers": list(segment.get("lost_workers", [])), "stopped": bool(segment.get("stopped", False)),
+        "why": segment.get("why", ""), "wall_s": segment.get("start_wall_s"),
+        "predicted_time_s": None, "predicted_energy_j": None,
+    }
+    predicted = segment.get("predicted")
+    if predicted and predicted.get("steps_per_s"):
+        time_s = float(predicted["startup_s"]) + steps / float(predicted["steps_per_s"])
+        row.update(predicted_time_s=time_s, predicted_energy_j=float(predicted["power_w"]) * time_s)
+    return row
+
+
+def job_timeline(segments: list[Mapping[str, Any]], events: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The segments (finished ones) and an elastic job's events, in the order they happened."""
+    rows = [segment_row(s) for s in segments if not s.get("partial")]
+    order = [(float(r["wall_s"] or 0.0), i, r) for i, r in enumerate(rows)]
+    order += [(float(e.get("wall_s", 0.0)), len(rows) + i, _event_row(e))
+              for i, e in enumerate(events) if e.get("kind") in EVENT_KINDS]
+    return [row for *_, row in sorted(order, key=lambda item: (item[0], item[1]))]
+
+
+def _event_row(event: Mapping[str, Any]) -> dict[str, Any]:
+    """An event as the timeline keeps it: a re-plan's decision in brief (the options it weighed
+    stay in the ledger)."""
+    row = {k: v for k, v in event.items() if k != "decision"}
+    decision = event.get("decision")
+    if decision:
+        candidate = decision.get("candidate") or {}
+        row.update(switch=decision["switch"], chosen=decision["chosen"], candidate=candidate.get("devices"),
+                   saving=decision["saving"], switch_cost=decision["switch_cost"], unit=decision["unit"])
+    return row
