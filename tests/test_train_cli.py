@@ -33,7 +33,7 @@ key_file = "creds/client.key"
 
 def test_unreachable_agent_at_start_is_one_line_naming_it(tmp_path):
     result = run_cli("train", "--inventory", str(_inventory(tmp_path)), "--workdir", str(tmp_path / "job"),
-                     "--total-steps", "50")
+                     "--total-steps", "500")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
