@@ -8,11 +8,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
-from test_memory_models import densenet_like, inception_like, resnet_like  # noqa: E402
+from test_memory_models import densenet_like, forced_plan, inception_like, resnet_like  # noqa: E402
 
 from hetcluster.errors import MemoryPlanError  # noqa: E402
 from hetcluster.memory import DeviceAssumptions, Overheads, plan_for_budget  # noqa: E402
-from hetcluster.memory.checkpoints import segments  # noqa: E402
 from hetcluster.memory.executor import build_train_step  # noqa: E402
 from hetcluster.memory.keras_graph import extract_graph  # noqa: E402
 from hetcluster.memory.plan import MemoryPlan, PlannedSegment  # noqa: E402
@@ -29,13 +28,7 @@ def _data(shape=(16, 16, 3)):
 
 
 def _plan(model, strategy: str, mode: str | None = None) -> MemoryPlan:
-    """A plan recomputing every segment of `strategy` (optionally forcing the mode)."""
-    g = extract_graph(model, BATCH)
-    base = plan_for_budget(g, 10**12)
-    segs = tuple(PlannedSegment(tuple(g.nodes[i].name for i in range(s.start, s.stop)), mode or s.mode)
-                 for s in segments(g, strategy))
-    assert segs
-    return MemoryPlan(**{**base.__dict__, "segments": segs, "technique": f"recompute_{strategy}"})
+    return forced_plan(model, BATCH, strategy, mode)
 
 
 def _rel_err(a_list, b_list) -> float:
