@@ -82,9 +82,9 @@ MIN_SOLO_WINDOW_STEPS = 10
 # (step 3, not measured), "" for the others
 EventFn = Callable[[str, dict[str, Any]], None]
 
-# memory(devices) → the memory plan a run of those devices trains under, as training would run
-# them: a memory.fit.TrainingMemory (training_memory: the tightest member's plan; budget_bytes 0
-# for plain TensorFlow). None: every run plain TensorFlow.
+# memory(devices) → the memory plans a run of those devices trains under, as training would run
+# them: a memory.fit.TrainingMemory (training_memory: each member's own plan, plain TensorFlow
+# where that fits). None: every run plain TensorFlow.
 MemoryFn = Callable[[Sequence[str]], TrainingMemory]
 PLAIN = TrainingMemory()
 
@@ -296,7 +296,7 @@ class _Phase:
         steps = steps or settings.steps_per_run
         memory = self.memory(names)
         spec = TrainSpec(model=self.model, total_steps=self.steps_total + steps, data=self.data,
-                         memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
+                         **memory.spec_fields(),
                          checkpoint_dir=self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          optimizer=settings.optimizer,
@@ -414,7 +414,8 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
     (else the run's), each steady member's own rate, and the set's throughput with a lone first
     step counted as one over its duration. ``memory``: the plan it ran under (_Phase.memory)."""
     energy_j = sum(recorders[n].energy_j(t0, t1) for n in members)
-    planned = {"memory_slowdown": memory.slowdown, "memory_plan": memory.technique}
+    planned = {"memory_slowdown": memory.slowdown, "memory_plan": memory.technique,
+               "memory_slowdowns": {n: memory.slowdowns.get(n, 1.0) for n in members}}
     steady = result.steady_rates()
     if steady is not None:
         s0, s1, rates = steady
@@ -444,8 +445,8 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
 def _solo_profile(phase: _Phase, name: str, idle_w: float, what: str = "solo run") -> tuple[DeviceProfile, int] | None:
     """Train ``name`` alone (``_Phase.measure``'s defaults) and return its DeviceProfile with the
     steps the run applied; None, the device excluded, when the run fails or loses it."""
-    memory = phase.memory([name])
     try:
+        memory = phase.memory([name])  # refused where no plan fits the device's budget
         result, t0, t1 = phase.measure([name])
     except HetclusterError as error:
         phase.exclude(name, f"{what} failed: {error}")
