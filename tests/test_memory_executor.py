@@ -75,6 +75,22 @@ def test_gradients_equal_for_concat_and_branch_models(builder) -> None:
         assert _rel_err(plain, sched) <= 1e-5, strategy
 
 
+def test_gradients_equal_plain_keras_along_the_cost_aware_frontier() -> None:
+    tf.keras.utils.set_random_seed(6)
+    model = resnet_like(keras, blocks=3)
+    x, y = _data()
+    _, plain = _keras_grads(model, x, y)
+    graph = extract_graph(model, BATCH)
+    frontier = plan_for_budget(graph, 10**12).frontier
+    cost_aware = 0
+    for _, peak, _ in frontier[1:]:
+        plan = plan_for_budget(graph, peak)  # the frontier's point, or a plan as cheap
+        cost_aware += plan.technique == "recompute_cost_aware"
+        _, sched = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), plan).gradients(x, y)
+        assert _rel_err(plain, sched) <= 1e-5
+    assert cost_aware >= 2
+
+
 def test_dropout_masks_are_replayed_in_recomputation() -> None:
     tf.keras.utils.set_random_seed(3)
     model = resnet_like(keras, blocks=2, dropout=0.5)

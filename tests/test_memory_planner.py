@@ -127,6 +127,26 @@ def test_plan_recomputes_when_needed_and_fits_the_budget() -> None:
     assert tighter.fits and tighter.predicted_slowdown >= plan.predicted_slowdown
 
 
+def test_the_cost_aware_frontier_recomputes_cheap_layers_first_and_beats_the_fixed_granularities() -> None:
+    g = residual(blocks=8)
+    plan = plan_for_budget(g, 10**9, overheads=NO_OVERHEAD)
+    frontier = plan.frontier
+    # from plain TensorFlow, each point cheaper in memory and dearer in time than the one before
+    assert frontier[0] == ("liveness", plan.liveness_peak_bytes, 0.0)
+    assert all(a[1] > b[1] and a[2] <= b[2] for a, b in zip(frontier, frontier[1:]))
+    assert len(frontier) >= 4 and {t for t, _, _ in frontier[1:]} == {"recompute_cost_aware"}
+    # its first step recomputes only cheap layers (BN and activations: a few percent of this step)
+    assert frontier[1][2] < 0.05 and frontier[1][1] < plan.liveness_peak_bytes
+    # for a budget between plain and the smallest peak the frontier's plan is no slower than the
+    # best of the fixed granularities (conv, block, sqrt) applied segment by segment
+    for technique, peak, slowdown in frontier[1:]:
+        chosen = plan_for_budget(g, peak, overheads=NO_OVERHEAD)
+        assert chosen.fits and chosen.predicted_slowdown <= slowdown + 1e-12
+    budget = (frontier[1][1] + frontier[-1][1]) // 2
+    chosen = plan_for_budget(g, budget, overheads=NO_OVERHEAD)
+    assert chosen.technique == "recompute_cost_aware" and chosen.predicted_peak_bytes <= budget
+
+
 def test_offload_only_on_discrete_gpus() -> None:
     g = residual()
     fast_link = DeviceAssumptions(host_link_bytes_per_s=1e15)

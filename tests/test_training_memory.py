@@ -56,7 +56,7 @@ def test_each_device_trains_under_its_own_plan(tmp_path):
     # only the planned worker is named to the training: the other runs the plain step
     assert memory.spec_fields() == {"worker_budgets_bytes": {"small": tight}, "worker_device_kinds": {"small": "cpu"}}
     line = memory.describe()
-    assert f"small: {small.technique}, predicted peak" in line and "big: plain TensorFlow" in line
+    assert f"\n  small: {small.technique}, predicted peak" in line and "\n  big: plain TensorFlow" in line
     assert memory.slowdowns == {"big": 1.0, "small": small.slowdown} and small.slowdown > 1.0
     # the devices not chosen do not count; the big one alone trains plain
     assert not training_memory(MODEL, budgets, ("big",), spec_graph(MODEL)).planned

@@ -150,7 +150,7 @@ class TrainingMemory:
             tightest = min(self.workers, key=lambda w: w.budget_bytes)
             return (f"memory: plain TensorFlow fits every chosen device (the tightest: {tightest.device}'s "
                     f"{_mib(tightest.budget_bytes)})")
-        return "memory, per worker: " + "; ".join(w.describe() for w in self.workers)
+        return "memory, per worker:" + "".join(f"\n  {w.describe()}" for w in self.workers)
 
 
 def worker_memory(spec: ModelSpec, budgets: dict[str, tuple[int, str]], devices: Sequence[str],

@@ -32,6 +32,7 @@ from hetcluster.memory.route import MEMORY, SPEED, Route, Segment, build_route
 log = logging.getLogger(__name__)
 
 COST_AWARE = "recompute_cost_aware"
+MIN_DROP = 0.01
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,14 @@ def cost_aware_frontier(graph: LayerGraph, evaluate: _Evaluator) -> list[_Candid
     better, in bytes of peak saved per unit of slowdown, of two moves: cover the next sqrt(n)
     segment (best bytes-per-FLOP first) as one speed-centric segment, which drops the conv outputs
     inside it for one extra forward of it; or, where the peak sits inside a speed-centric
-    segment's recomputation, bisect that segment (memory-centric). Points whose peak does not fall
-    are stepped over, not kept.
+    segment's recomputation, cut that segment in two at an articulation tensor (keeping that
+    tensor, at no extra FLOPs) or bisect it (memory-centric: its first half recomputed twice). Where no move
+    lowers the peak (two places of the step share it), the cheapest is taken and the point is
+    stepped over, not kept.
     """
     cheap = checkpoints.segments(graph, "conv")
     deep = checkpoints.by_benefit(graph, checkpoints.segments(graph, "sqrt"))
+    cuts = checkpoints.articulation_points(graph)
 
     def build(applied: tuple[Segment, ...]) -> _Candidate:
         covered = {i for s in applied for i in range(s.start, s.stop)}
@@ -200,19 +204,41 @@ def cost_aware_frontier(graph: LayerGraph, evaluate: _Evaluator) -> list[_Candid
         inside = [s for s in applied if s.mode == SPEED and s.start <= peak < s.stop and s.stop - s.start > 2]
         if inside:
             seg = inside[0]
-            moves.append((tuple(Segment(s.start, s.stop, MEMORY) if s == seg else s for s in applied), taken))
+            rest = tuple(s for s in applied if s != seg)
+            moves.append(((*rest, Segment(seg.start, seg.stop, MEMORY)), taken))
+            halves = _halves(graph, seg, cuts)
+            if halves:
+                moves.append(((*rest, *halves), taken))
         if not moves:
             break
         tried = [(build(segs), segs, k) for segs, k in moves]
-        falling = [t for t in tried if t[0].peak_bytes < current.peak_bytes]
+        # a drop of under 1 % is no progress: it only moves the peak to another place of the step
+        falling = [t for t in tried if t[0].peak_bytes < current.peak_bytes * (1 - MIN_DROP)]
 
         def gain(t: tuple[_Candidate, tuple[Segment, ...], int]) -> float:
             return (current.peak_bytes - t[0].peak_bytes) / max(t[0].slowdown - current.slowdown, 1e-9)
 
-        current, applied, taken = max(falling, key=gain) if falling else tried[0]
-        if falling:
+        # where no single move lowers the peak (two places share it), the cheapest move goes first
+        current, applied, taken = (max(falling, key=gain) if falling else
+                                   min(tried, key=lambda t: (t[0].slowdown, t[0].peak_bytes)))
+        if current.peak_bytes < points[-1].peak_bytes:
             points.append(current)
     return points
+
+
+def _halves(graph: LayerGraph, seg: Segment, points: list[int]) -> tuple[Segment, Segment] | None:
+    """``seg`` cut in two speed-centric segments at the articulation tensor inside it that best
+    halves its activation bytes (None where no cut leaves two layers on each side)."""
+    inside = [p for p in points if seg.start + 1 <= p <= seg.stop - 3]
+    if not inside:
+        return None
+    total = sum(graph.nodes[i].output_bytes for i in range(seg.start, seg.stop))
+
+    def imbalance(p: int) -> float:
+        return abs(2 * sum(graph.nodes[i].output_bytes for i in range(seg.start, p + 1)) - total)
+
+    cut = min(inside, key=imbalance)
+    return Segment(seg.start, cut + 1, SPEED), Segment(cut + 1, seg.stop, SPEED)
 
 
 def pareto(points: list[_Candidate]) -> list[_Candidate]:
@@ -292,6 +318,23 @@ def plan_for_budget(graph: LayerGraph, budget_bytes: int, device_kind: str = "cp
         frontier=tuple((c.technique, c.peak_bytes, float(c.slowdown)) for c in pareto([plain, *frontier])),
         needed_bytes=margin.needed_bytes(chosen.peak_bytes, chosen is plain), margin=margin.of(chosen is plain),
     )
+
+
+def strategy_curves(graph: LayerGraph, overheads: Overheads | None = None,
+                    device: DeviceAssumptions | None = None) -> dict[str, list[tuple[int, float]]]:
+    """(predicted peak bytes, predicted slowdown) of every plan each recompute technique offers,
+    for the frontier plot: each fixed granularity applied to its first k segments (best bytes per
+    FLOP first), and the cost-aware frontier."""
+    evaluate = _Evaluator(graph, overheads or Overheads(), device or DeviceAssumptions())
+    curves = {}
+    for strategy in checkpoints.STRATEGIES:
+        segs = checkpoints.by_benefit(graph, checkpoints.segments(graph, strategy))
+        curves[f"recompute_{strategy}"] = [(c.peak_bytes, float(c.slowdown)) for c in pareto(
+            [evaluate(strategy, tuple(segs[:k])) for k in range(len(segs) + 1)])]
+    plain = evaluate("liveness")
+    curves[COST_AWARE] = [(c.peak_bytes, float(c.slowdown))
+                          for c in pareto([plain, *cost_aware_frontier(graph, evaluate)])]
+    return curves
 
 
 def _actions(graph: LayerGraph, cand: _Candidate) -> dict[str, str]:
