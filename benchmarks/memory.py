@@ -28,6 +28,7 @@ Usage: .venv/bin/python benchmarks/memory.py [1] [2] [3] [4] [5] [--sizes 64,128
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MIB = 2**20
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the parent builds graphs too: keep its output to figures
 
 from hetcluster.tfenv import prepare_tf_env, tf_env  # noqa: E402
 
@@ -187,7 +189,9 @@ def run(label: str, spec: dict[str, Any]) -> dict[str, Any]:
     err = result["predicted_peak_bytes"] / result["measured_peak_bytes"] - 1
     budget = spec.get("budget", 0) if spec.get("plan", "budget" if spec.get("scheduled") else "") == "budget" else 0
     verdict = ""
-    if budget:
+    if budget and not result["fits"]:
+        verdict = f"  budget {budget / MIB:.0f} MiB: refused by the fit (needs {result['needed_bytes'] / MIB:.0f} MiB)"
+    elif budget:
         verdict = f"  budget {budget / MIB:.0f} MiB: {'OVER' if result['measured_peak_bytes'] > budget else 'under'}"
     print(f"  {label:<40} measured {result['measured_peak_bytes'] / MIB:8.1f} MiB  predicted "
           f"{result['predicted_peak_bytes'] / MIB:8.1f} MiB ({err:+.1%})  [{result['technique']}]{verdict}",
@@ -266,12 +270,22 @@ PART_ONE_FRACTIONS = (0.75, 0.55, 0.5)
 def part_one(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     print("1) ResNet-50, batch 32, SGD+momentum: plain TF, the fit's plans for budgets of a fraction of "
           "plain's measured peak, and the smallest-peak plan")
+    from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import graph_of
+
     points = []
     for hw in sizes:
         base = {"model": "resnet50", "hw": hw, "batch": 32}
         plain = run(f"resnet50 {hw}x{hw} plain TF", {**base, "plan": "plain"})
-        specs = [{**base, "plan": "budget", "budget": int(f * plain["measured_peak_bytes"])}
-                 for f in PART_ONE_FRACTIONS]
+        specs = []
+        for fraction in PART_ONE_FRACTIONS:
+            spec = {**base, "plan": "budget", "budget": int(fraction * plain["measured_peak_bytes"])}
+            plan = plan_for(graph_of("resnet50", 1, (hw, hw, 3), 10), 32, spec["budget"])
+            if plan.fits:
+                specs.append(spec)
+            else:
+                print(f"  resnet50 {hw}x{hw} {_what(spec, plain):<26} refused by the fit: the smallest plan needs "
+                      f"{plan.needed_bytes / MIB:.0f} MiB")
         specs.append({**base, "plan": "smallest"})
         results = [run(f"resnet50 {hw}x{hw} {_what(s, plain)}", s) for s in specs]
         times = _child("--time", json.dumps([{**base, "plan": "plain"}, *specs]), "4")
@@ -378,7 +392,7 @@ def part_four(started: float) -> None:
 
 
 FLEET_MODEL = ("mobilenet_v2", (64, 64, 3), 10, 16)
-FLEET_NANO_BUDGET = 67 * MIB  # mobilenet_v2 64x64 batch 16 needs a plan of about +14 % step time here
+FLEET_NANO_BUDGET = 70 * MIB  # mobilenet_v2 64x64 batch 16: a plan of about +14 % step time (plain needs 128 MiB)
 
 
 def part_five(reps: int = 2, steps: int = 160) -> None:

@@ -84,9 +84,8 @@ class Overheads:
         return int(UPDATE_TEMP_COPIES[self.optimizer] * largest_weight + largest_activation)
 
 
-# Headroom between a predicted peak and the budget, as a fraction of the prediction: the largest
-# under-prediction benchmarks/memory.py measured, per kind of step, rounded up
-# (docs/decisions.md#memory-peak-margin).
+# Headroom between a predicted peak and the budget, as a fraction of the prediction: above the
+# largest under-prediction measured, per kind of step (docs/decisions.md#memory-peak-margin).
 PLAIN_PEAK_MARGIN = 0.12
 SCHEDULED_PEAK_MARGIN = 0.08
 

@@ -32,7 +32,7 @@ from hetcluster.memory.route import MEMORY, SPEED, Route, Segment, build_route
 log = logging.getLogger(__name__)
 
 COST_AWARE = "recompute_cost_aware"
-MIN_DROP = 0.01
+MIN_DROP = 0.01  # a smaller drop only moves the peak elsewhere (docs/decisions.md#cost-aware-frontier)
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,6 @@ def cost_aware_frontier(graph: LayerGraph, evaluate: _Evaluator) -> list[_Candid
         if not moves:
             break
         tried = [(build(segs), segs, k) for segs, k in moves]
-        # a drop of under 1 % is no progress: it only moves the peak to another place of the step
         falling = [t for t in tried if t[0].peak_bytes < current.peak_bytes * (1 - MIN_DROP)]
 
         def gain(t: tuple[_Candidate, tuple[Segment, ...], int]) -> float:
