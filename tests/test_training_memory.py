@@ -125,3 +125,27 @@ def test_each_agent_is_asked_for_its_budget_once_per_command():
     assert budgets.of(iter(["down", "up", "up"])) == {"up": (4 << 30, "jetson")}
     assert budgets.of(["ghost"]) == {}
     assert (agents["up"].calls, agents["down"].calls) == (1, 1)
+
+
+def test_the_engine_plans_on_the_model_it_trains_whatever_keras_named_its_layers():
+    """mobilenet_v2's head layers have no names: a second build in the same process numbers them
+    anew (global_average_pooling2d_1), so a plan made on another build would name layers this model
+    lacks. The engine plans on the model it trains."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from hetcluster.models.registry import build_from_spec
+    from hetcluster.training.engine import _memory_gradient_fn
+    from hetcluster.training.spec import TrainSpec
+
+    model_spec = ModelSpec("mobilenet_v2", (32, 32, 3), classes=4, batch_size=4)
+    smallest = plan_for(spec_graph(model_spec), 4, 1)  # a first build; the plan that recomputes most
+    assert "global_average_pooling2d" in smallest.recompute_layers
+    model = build_from_spec(model_spec)
+    spec = TrainSpec(model=model_spec, total_steps=1, worker_budgets_bytes={"a": smallest.needed_bytes})
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    gradients, techniques = _memory_gradient_fn(spec, ["a"], model, loss, keras.optimizers.SGD(0.01))
+    assert techniques["a"].startswith("recompute")
+    x, y = tf.zeros((4, 32, 32, 3)), tf.zeros((4,), tf.int32)
+    _, grads = tf.function(lambda: gradients(model, x, y))()
+    assert len(grads) == len(model.trainable_variables)

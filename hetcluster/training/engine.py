@@ -140,12 +140,14 @@ def _memory_gradient_fn(spec: TrainSpec, worker_names: list[str], model: Any, lo
     worker's technique ("" = plain). Refuses, before any step, a worker no plan fits."""
     from hetcluster.memory.executor import build_train_step, per_worker_gradients
     from hetcluster.memory.fit import worker_memory
-    from hetcluster.memory.model_graph import spec_graph
+    from hetcluster.memory.keras_graph import extract_graph
 
     budgets = {name: (spec.worker_budgets_bytes.get(name, spec.memory_budget_bytes),
                       spec.worker_device_kinds.get(name, spec.memory_device_kind)) for name in worker_names}
     budgets = {name: value for name, value in budgets.items() if value[0] > 0}
-    memory = worker_memory(spec.model, budgets, worker_names, spec_graph(spec.model))
+    # the graph of the very model trained here: Keras numbers unnamed layers per process, so
+    # another build of the same model can name them differently
+    memory = worker_memory(spec.model, budgets, worker_names, extract_graph(model, 1))
     for worker in memory.workers:
         worker.check_fits()
         log.info("memory %s", worker.describe())
