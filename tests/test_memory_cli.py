@@ -20,15 +20,25 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.tensorflow
 def test_memplan_json_and_plot(tmp_path: Path) -> None:
     plot = tmp_path / "memory.png"
+    measured = tmp_path / "points.json"  # as benchmarks/memory.py --json writes them
+    point = {"model": "small_cnn", "input_shape": [32, 32, 3], "classes": 10, "batch_size": 64, "label": "budget 0.9",
+             "technique": "recompute_cost_aware", "measured_peak_bytes": 30 * 2**20, "predicted_peak_bytes": 29 * 2**20,
+             "predicted_slowdown": 0.02, "measured_slowdown_cpu": 0.03, "measured_slowdown_wall": 0.04,
+             "plain_measured_peak_bytes": 33 * 2**20}
+    measured.write_text(json.dumps({"points": [point]}))
     result = run_cli("--model", "small_cnn", "--batch-size", "64", "--budget", "40MiB", "--input-shape", "32x32x3",
-                     "--classes", "10", "--format", "json", "--plot", str(plot))
+                     "--classes", "10", "--format", "json", "--plot", str(plot), "--measured", str(measured))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["budget_bytes"] == 40 * 2**20
     for key in ("fits", "predicted_peak_bytes", "baseline_peak_bytes", "liveness_peak_bytes",
-                "technique_peaks_bytes", "predicted_slowdown", "actions", "segments", "technique"):
+                "technique_peaks_bytes", "predicted_slowdown", "actions", "segments", "technique", "needed_bytes",
+                "margin", "frontier"):
         assert key in data
     assert data["predicted_peak_bytes"] <= data["liveness_peak_bytes"] <= data["baseline_peak_bytes"]
+    assert data["needed_bytes"] <= data["budget_bytes"] and data["needed_bytes"] > data["predicted_peak_bytes"]
+    peaks = [p["predicted_peak_bytes"] for p in data["frontier"]]
+    assert peaks == sorted(peaks, reverse=True) and peaks[0] == data["liveness_peak_bytes"]
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".memplot-")]
 
@@ -38,6 +48,7 @@ def test_memplan_table_says_when_nothing_fits() -> None:
     result = run_cli("--model", "small_cnn", "--batch-size", "8", "--budget", "1000", "--input-shape", "32x32x3")
     assert result.returncode == 0, result.stderr
     assert "does not fit" in result.stdout and "recompute" in result.stdout
+    assert "it needs a budget of" in result.stdout and "memory/time frontier" in result.stdout
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -47,6 +58,7 @@ def test_memplan_table_says_when_nothing_fits() -> None:
     (("--budget", "1GiB", "--format", "xml"), "format"),
     (("--budget", "1GiB", "--input-shape", "32x32"), "HxWxC"),
     (("--budget", "1GiB", "--plot", "memory.xyz"), "Cannot write a plot as .xyz"),
+    (("--budget", "1GiB", "--plot", "m.png", "--measured", "/nonexistent/points.json"), "Cannot read measured points"),
 ])
 def test_memplan_bad_input_is_one_line(args: tuple[str, ...], needle: str) -> None:
     result = run_cli("--model", "small_cnn", *args)

@@ -8,11 +8,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
-from test_memory_models import densenet_like, inception_like, resnet_like  # noqa: E402
+from test_memory_models import densenet_like, forced_plan, inception_like, resnet_like  # noqa: E402
 
 from hetcluster.errors import MemoryPlanError  # noqa: E402
 from hetcluster.memory import DeviceAssumptions, Overheads, plan_for_budget  # noqa: E402
-from hetcluster.memory.checkpoints import segments  # noqa: E402
 from hetcluster.memory.executor import build_train_step  # noqa: E402
 from hetcluster.memory.keras_graph import extract_graph  # noqa: E402
 from hetcluster.memory.plan import MemoryPlan, PlannedSegment  # noqa: E402
@@ -29,13 +28,7 @@ def _data(shape=(16, 16, 3)):
 
 
 def _plan(model, strategy: str, mode: str | None = None) -> MemoryPlan:
-    """A plan recomputing every segment of `strategy` (optionally forcing the mode)."""
-    g = extract_graph(model, BATCH)
-    base = plan_for_budget(g, 10**12)
-    segs = tuple(PlannedSegment(tuple(g.nodes[i].name for i in range(s.start, s.stop)), mode or s.mode)
-                 for s in segments(g, strategy))
-    assert segs
-    return MemoryPlan(**{**base.__dict__, "segments": segs, "technique": f"recompute_{strategy}"})
+    return forced_plan(model, BATCH, strategy, mode)
 
 
 def _rel_err(a_list, b_list) -> float:
@@ -80,6 +73,22 @@ def test_gradients_equal_for_concat_and_branch_models(builder) -> None:
         step = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), _plan(model, strategy))
         _, sched = step.gradients(x, y)
         assert _rel_err(plain, sched) <= 1e-5, strategy
+
+
+def test_gradients_equal_plain_keras_along_the_cost_aware_frontier() -> None:
+    tf.keras.utils.set_random_seed(6)
+    model = resnet_like(keras, blocks=3)
+    x, y = _data()
+    _, plain = _keras_grads(model, x, y)
+    graph = extract_graph(model, BATCH)
+    frontier = plan_for_budget(graph, 10**12).frontier
+    cost_aware = 0
+    for _, peak, _ in frontier[1:]:
+        plan = plan_for_budget(graph, peak)  # the frontier's point, or a plan as cheap
+        cost_aware += plan.technique == "recompute_cost_aware"
+        _, sched = build_train_step(model, LOSS, keras.optimizers.SGD(0.1), plan).gradients(x, y)
+        assert _rel_err(plain, sched) <= 1e-5
+    assert cost_aware >= 2
 
 
 def test_dropout_masks_are_replayed_in_recomputation() -> None:

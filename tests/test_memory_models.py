@@ -5,6 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 
+def forced_plan(model: Any, batch_size: int, strategy: str, mode: str | None = None) -> Any:
+    """A plan recomputing every segment of ``strategy`` (optionally forcing the mode)."""
+    from hetcluster.memory import plan_for_budget
+    from hetcluster.memory.checkpoints import segments
+    from hetcluster.memory.keras_graph import extract_graph
+    from hetcluster.memory.plan import MemoryPlan, PlannedSegment
+
+    g = extract_graph(model, batch_size)
+    base = plan_for_budget(g, 10**12)
+    segs = tuple(PlannedSegment(tuple(g.nodes[i].name for i in range(s.start, s.stop)), mode or s.mode)
+                 for s in segments(g, strategy))
+    assert segs
+    return MemoryPlan(**{**base.__dict__, "segments": segs, "technique": f"recompute_{strategy}"})
+
+
 def resnet_like(keras: Any, input_shape=(16, 16, 3), classes: int = 5, blocks: int = 2, dropout: float = 0.0,
                 width: int = 8, name: str = "resnet_like") -> Any:
     """Conv stem, `blocks` residual blocks (fork + add join), optional dropout, dense head."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hetcluster.errors import ConfigError, MemoryPlanError
-from hetcluster.memory import DeviceAssumptions, LayerGraph, LayerNode, Overheads, plan_for_budget
+from hetcluster.memory import DeviceAssumptions, LayerGraph, LayerNode, Overheads, PeakMargin, plan_for_budget
 from hetcluster.memory.budget import parse_bytes
 from hetcluster.memory.checkpoints import articulation_points, segments
 from hetcluster.memory.liveness import offload_candidates, timeline
@@ -127,6 +127,26 @@ def test_plan_recomputes_when_needed_and_fits_the_budget() -> None:
     assert tighter.fits and tighter.predicted_slowdown >= plan.predicted_slowdown
 
 
+def test_the_cost_aware_frontier_recomputes_cheap_layers_first_and_beats_the_fixed_granularities() -> None:
+    g = residual(blocks=8)
+    plan = plan_for_budget(g, 10**9, overheads=NO_OVERHEAD)
+    frontier = plan.frontier
+    # from plain TensorFlow, each point cheaper in memory and dearer in time than the one before
+    assert frontier[0] == ("liveness", plan.liveness_peak_bytes, 0.0)
+    assert all(a[1] > b[1] and a[2] <= b[2] for a, b in zip(frontier, frontier[1:]))
+    assert len(frontier) >= 4 and {t for t, _, _ in frontier[1:]} == {"recompute_cost_aware"}
+    # its first step recomputes only cheap layers (BN and activations: a few percent of this step)
+    assert frontier[1][2] < 0.05 and frontier[1][1] < plan.liveness_peak_bytes
+    # for a budget between plain and the smallest peak the frontier's plan is no slower than the
+    # best of the fixed granularities (conv, block, sqrt) applied segment by segment
+    for technique, peak, slowdown in frontier[1:]:
+        chosen = plan_for_budget(g, peak, overheads=NO_OVERHEAD)
+        assert chosen.fits and chosen.predicted_slowdown <= slowdown + 1e-12
+    budget = (frontier[1][1] + frontier[-1][1]) // 2
+    chosen = plan_for_budget(g, budget, overheads=NO_OVERHEAD)
+    assert chosen.technique == "recompute_cost_aware" and chosen.predicted_peak_bytes <= budget
+
+
 def test_offload_only_on_discrete_gpus() -> None:
     g = residual()
     fast_link = DeviceAssumptions(host_link_bytes_per_s=1e15)
@@ -215,9 +235,29 @@ def test_memory_fit_gives_the_plans_verdict_and_scales_the_batch() -> None:
     g = residual()
     roomy = memory_fit(g, 1, 10**9)
     assert roomy[0] is True and roomy[2] == 0.0
-    plan = plan_for_budget(g, roomy[1] - 1, overheads=Overheads())
+    plan = plan_for_budget(g, roomy[1] - 1, overheads=Overheads(), margin=PeakMargin())
     assert memory_fit(g, 1, roomy[1] - 1) == (plan.fits, plan.predicted_peak_bytes, plan.predicted_slowdown)
     # a larger batch needs more memory: the same budget no longer fits without recomputation
     fits, peak, slowdown = memory_fit(g, 4, roomy[1])
     assert peak <= roomy[1] if fits else peak > roomy[1]
     assert not fits or slowdown > 0
+
+
+def test_the_fit_keeps_the_margin_between_prediction_and_budget() -> None:
+    from hetcluster.memory.fit import plan_for
+
+    g = residual()
+    margin = PeakMargin()
+    plain_peak = plan_for_budget(g, 10**9).liveness_peak_bytes
+    # the raw model fits plain TensorFlow at its predicted peak; the fit needs the plain margin on top
+    assert plan_for_budget(g, plain_peak).technique == "none"
+    at_peak = plan_for(g, 1, plain_peak)
+    assert at_peak.technique != "none"
+    assert at_peak.predicted_peak_bytes * (1 + margin.scheduled) <= plain_peak
+    needed = margin.needed_bytes(plain_peak, plain=True)
+    assert plan_for(g, 1, needed).technique == "none" and plan_for(g, 1, needed).needed_bytes == needed
+    assert plan_for(g, 1, needed - 1).technique != "none"
+    # below the smallest plan plus its margin nothing fits, and the plan says what it would need
+    smallest = plan_for(g, 1, 1)
+    assert not smallest.fits and smallest.needed_bytes == margin.needed_bytes(smallest.predicted_peak_bytes, False)
+    assert plan_for(g, 1, smallest.needed_bytes).fits and not plan_for(g, 1, smallest.needed_bytes - 1).fits

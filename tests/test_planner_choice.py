@@ -134,33 +134,31 @@ def test_memory_slowdown_enters_the_time():
     assert row["time_s"] == pytest.approx(125.0)
 
 
-def test_every_member_runs_under_the_costliest_members_memory_plan():
-    # training runs one plan for all workers, the tightest member's (memory.fit.training_memory):
-    # A's 10 steps/s and C's 2 steps/s both divided by C's 1.5 → AC: R = 8, T = 125 (not 10 + 2/1.5)
+def test_every_member_runs_under_its_own_memory_plan():
+    # each worker trains under its own device's plan (memory.fit.training_memory): A's 10 steps/s
+    # beside C's 2 steps/s under C's ×1.5 plan → AC: R = 10 + 2/1.5, not both divided by 1.5
     tight = DeviceMeasurement("C", 2.0, 10.0, 4.0, memory_slowdown=1.5)
     table = estimate((A, B, tight), [], JobSpec(total_steps=1000)).set_index("devices")
     assert table.loc[[("A",)], "steps_per_s"].iloc[0] == pytest.approx(10.0)
     assert table.loc[[("C",)], "steps_per_s"].iloc[0] == pytest.approx(2.0 / 1.5)
     assert table.loc[[("A", "B")], "steps_per_s"].iloc[0] == pytest.approx(15.0)
-    assert table.loc[[("A", "C")], "steps_per_s"].iloc[0] == pytest.approx(8.0)
-    assert table.loc[[("A", "C")], "time_s"].iloc[0] == pytest.approx(125.0)
-    assert table.loc[[("A", "B", "C")], "steps_per_s"].iloc[0] == pytest.approx(17.0 / 1.5)
+    assert table.loc[[("A", "C")], "steps_per_s"].iloc[0] == pytest.approx(10.0 + 2.0 / 1.5)
+    assert table.loc[[("A", "B", "C")], "steps_per_s"].iloc[0] == pytest.approx(15.0 + 2.0 / 1.5)
 
 
 @pytest.mark.parametrize("family", ["queue", "waterfill"])
-def test_a_configurations_memory_plan_is_solved_as_if_every_member_were_that_slow(family):
-    # under contention too: ABC with C's plan (×1.4) and B's (×1.2) is the plain fleet with every
-    # rate divided by 1.4, and BA (no C) the plain fleet divided by 1.2
+def test_under_contention_each_member_is_divided_by_its_own_plans_slowdown(family):
+    # ABC with C's plan (×1.4) and B's (×1.2) is the plain fleet with B's rate divided by 1.2 and
+    # C's by 1.4 in every configuration (A untouched)
     planned = (A, DeviceMeasurement("B", 5.0, 20.0, 10.0, memory_slowdown=1.2),
                DeviceMeasurement("C", 2.0, 10.0, 4.0, memory_slowdown=1.4))
-    contention = Contention(family, 1.0 / 14.0)  # binds the plain rates (15.6), not the planned ones (12.1)
-    steps, _ = ThroughputModel(devices=planned, contention=contention).predict(np.array([7, 3, 1]))
-    for row, (mask, slowdown) in enumerate([(7, 1.4), (3, 1.2), (1, 1.0)]):
-        divided = tuple(
-            DeviceMeasurement(d.name, d.steps_per_s / slowdown, d.busy_power_w, d.idle_power_w) for d in FLEET
-        )
-        expected, _ = ThroughputModel(devices=divided, contention=contention).predict(np.array([mask]))
-        assert steps[row] == pytest.approx(expected[0], rel=1e-9)
+    contention = Contention(family, 1.0 / 14.0)  # binds the plain rates (15.6), not the planned ones
+    masks = np.array([7, 3, 5, 1])
+    steps, _ = ThroughputModel(devices=planned, contention=contention).predict(masks)
+    divided = tuple(DeviceMeasurement(d.name, d.steps_per_s / s, d.busy_power_w, d.idle_power_w)
+                    for d, s in zip(FLEET, (1.0, 1.2, 1.4)))
+    expected, _ = ThroughputModel(devices=divided, contention=contention).predict(masks)
+    np.testing.assert_allclose(steps, expected, rtol=1e-9)
 
 
 def test_waterfill_contention_by_hand():

@@ -182,3 +182,16 @@ def test_rates_measured_under_a_memory_plan_reach_the_planner_as_plain_rates():
     for record in (*data["devices"], *data["runs"]):
         del record["memory_plan"], record["memory_slowdown"]
     assert Profile.from_dict(data).devices[1].memory_slowdown == 1.0
+
+
+def test_a_set_whose_members_ran_their_own_plans_reaches_the_planner_member_by_member():
+    """Each member of a calibration set trains under its own plan (b under ×1.25, a plain): b's
+    steps are multiplied back by its slowdown, a's are not, and the set's rate by their weighed mean."""
+    profile = _profile()
+    profile.runs[0] = dataclasses.replace(profile.runs[0], memory_plan="recompute_conv", memory_slowdown=1.25,
+                                          memory_slowdowns={"a": 1.0, "b": 1.25})
+    _, runs, _ = to_planner_inputs(profile, total_steps=1000)
+    assert runs[0].per_device_steps == {"a": 15, "b": pytest.approx(7 * 1.25)}
+    assert runs[0].time_s == pytest.approx(1.6)
+    assert runs[0].steps_per_s == pytest.approx(12.5 * (15 + 7 * 1.25) / 22)
+    assert Profile.from_dict(profile.to_dict()) == profile

@@ -174,21 +174,24 @@ def test_a_killed_coordinator_leaves_no_worker_past_its_lease(fleet, tmp_path):
           f"(lease {LEASE_S:.0f} s)")
 
 
-def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path):
+def test_a_tight_device_trains_under_its_own_memory_plan_beside_a_plain_one(fleet, tmp_path):
     """Not a failure: the one memory test that needs the fleet. slow's inventory budget is a byte
-    under what plain TensorFlow needs for the model, so the job trains under its plan (recompute)."""
+    under what plain TensorFlow needs for the model (the fit's margin included), so slow trains
+    under its plan (recompute) and fast, in the same job, plain."""
     import tomllib
 
     import tomli_w
 
+    from hetcluster.memory import PeakMargin
     from hetcluster.memory.fit import plan_for
     from hetcluster.memory.model_graph import graph_of
 
     plain_bytes = plan_for(graph_of("small_cnn", 1, (16, 16, 3), 4), 8, 1 << 40).predicted_peak_bytes
+    tight = PeakMargin().needed_bytes(plain_bytes, plain=True) - 1
     data = tomllib.loads((fleet / "cluster.toml").read_text())
     for device in data["devices"]:
         if device["name"] == "slow":
-            device["memory_budget_bytes"] = plain_bytes - 1
+            device["memory_budget_bytes"] = tight
     inventory = fleet / "tight.toml"  # beside cluster.toml: its credential paths are relative
     inventory.write_text(tomli_w.dumps(data))
     workdir = tmp_path / "job"
@@ -216,10 +219,12 @@ def test_a_tight_device_puts_every_worker_under_its_memory_plan(fleet, tmp_path)
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "memory: every worker trains under the plan for slow's" in done.stdout
-    assert _ledger(workdir)["train_spec"]["memory_budget_bytes"] == plain_bytes - 1
+    assert "memory, per worker:" in done.stdout and "\n  slow: recompute" in done.stdout
+    assert "\n  fast: plain TensorFlow" in done.stdout
+    assert _ledger(workdir)["train_spec"]["worker_budgets_bytes"] == {"slow": tight}
     report = json.loads((workdir / "report.json").read_text())
-    assert report["memory_plan"].startswith("recompute") and report["steps_total"] == 40
+    assert report["memory_plan"].startswith("recompute") and report["memory_plan"].endswith(" on slow")
+    assert report["steps_total"] == 40
     assert set(report["steps_per_worker"]) == {"fast", "slow"}
     assert "memory plan" in done.stdout
     assert not alive_tasks(fleet)

@@ -111,12 +111,24 @@ def test_exact_steps_and_checkpoint_restored_by_another_worker_set(make_cluster,
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
     assert r2.steps_per_s > 0
 
-    # continuing with the memory scheduler's plan in the step (a small per-worker budget)
-    r3 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=50, checkpoint_dir=ckpt, memory_budget_bytes=200_000),
+    # continuing with worker a under the memory scheduler's plan for a budget plain TensorFlow does
+    # not fit, b plain beside it, in the same traced step
+    from hetcluster.memory import PeakMargin
+    from hetcluster.memory.fit import plan_for
+    from hetcluster.memory.model_graph import spec_graph
+
+    plain_peak = plan_for(spec_graph(MODEL), MODEL.batch_size, 1 << 40).predicted_peak_bytes
+    tight = PeakMargin().needed_bytes(plain_peak, plain=True) - 1
+    r3 = run_in_subprocess(TrainSpec(model=MODEL, total_steps=60, checkpoint_dir=ckpt,
+                                     worker_budgets_bytes={"a": tight}, start_barrier=True),
                            second, timeout_s=300)
-    assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 10, 50)
-    assert math.isfinite(r3.final_loss)
-    assert r1.memory_plan == "" and r3.memory_plan not in ("", "none")  # the plan the step ran under
+    assert (r3.steps_restored, r3.steps_applied, r3.steps_total) == (40, 20, 60)
+    assert math.isfinite(r3.final_loss) and min(r3.steps_per_worker.values()) >= 1
+    # the plan each worker's step ran under
+    assert r1.memory_plan == "" and r1.memory_plans == {"z": ""}
+    technique = r3.memory_plans["a"]
+    assert technique.startswith("recompute") and r3.memory_plans["b"] == ""
+    assert r3.memory_plan == f"{technique} on a"
     # the training processes end with os._exit, past TF autograph's own clean-up: what it wrote went
     # with each run's temporary directory, none of which is left
     assert not list(system_tmp.rglob("__autograph_generated_file*"))

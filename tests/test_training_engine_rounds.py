@@ -29,7 +29,7 @@ class _SimulatedTrainer:
     """Each worker's first step takes ``first_s``, the others ``step_s``; a round's closures go to
     the worker free earliest, and the round ends when its last step does (the join)."""
 
-    memory_plan = ""  # as _Trainer: plain TensorFlow, no memory plan
+    memory_plans: dict = {}  # as _Trainer: plain TensorFlow, no memory plan
 
     def __init__(self, first_s: dict[int, float], step_s: dict[int, float]) -> None:
         self.first_s, self.step_s = first_s, step_s

@@ -177,8 +177,8 @@ def run_evaluation(
     repeats: int = 1,
 ) -> dict[str, Any]:
     """Measure each configuration ``repeats`` times, round by round (a live progress line per run),
-    score, write ``out`` as it goes. Each configuration trains under the memory plan of its
-    tightest device, as `hetcluster train` would train it (``training_memory`` over ``budgets``, the
+    score, write ``out`` as it goes. Each device of a configuration trains under its own memory
+    plan, as `hetcluster train` would train it (``training_memory`` over ``budgets``, the
     command's cli.pretraining.DeviceBudgets)."""
     from hetcluster.cli.cmd_train import LiveProgress
     from hetcluster.errors import ConfigError
@@ -224,8 +224,7 @@ def run_evaluation(
             log_path = run_log(workdir, label, round_index)
             try:
                 with display:
-                    config_spec = dataclasses.replace(spec, memory_budget_bytes=memory[devices].budget_bytes,
-                                                      memory_device_kind=memory[devices].device_kind)
+                    config_spec = dataclasses.replace(spec, **memory[devices].spec_fields())
                     result = measure_configuration(fleet, devices, metrics, config_spec, pretrain=pretrain,
                                                    pretrain_checkpoint=profile.checkpoint_path, workdir=workdir,
                                                    run=run_on_devices, warmup_steps=profile.warmup_steps,

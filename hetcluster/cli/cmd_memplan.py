@@ -1,7 +1,8 @@
 """`hetcluster memplan`: the memory plan of a model on one device under a budget.
 
 Thin: parses options, calls hetcluster.memory, prints a table or JSON and optionally plots the
-memory per step of every technique. TensorFlow is imported only to build the model.
+memory per step of every technique and the memory/time frontier (with measured points from
+benchmarks/memory.py --json). TensorFlow is imported only to build the model.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ def memplan(
     optimizer: str = typer.Option(
         "sgd-momentum", "--optimizer", help="Optimizer whose slots count: sgd, sgd-momentum, adam, ..."
     ),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write memory per step of every technique to this PNG."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write memory per step of every technique and the memory/time frontier to this PNG."
+    ),
+    measured: Optional[Path] = typer.Option(
+        None, "--measured", help="Measured points to draw on the frontier (benchmarks/memory.py --json FILE)."
+    ),
     output_format: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Choose the least intrusive memory plan (liveness, offload, recomputation) that fits the budget."""
@@ -50,6 +56,9 @@ def memplan(
             f"Unknown device kind {device_kind!r}.", hint=f"use --device-kind {' | '.join(DEVICE_KINDS)}."
         )
     check_plot(plot)
+    points = _read_measured(measured) if measured is not None else None
+    if points is not None and plot is None:
+        raise ConfigError("--measured needs --plot.", hint="add --plot frontier.png.")
     budget_bytes = parse_bytes(budget)
     if model is None and model_config is None:
         raise ConfigError(
@@ -62,17 +71,34 @@ def memplan(
     from hetcluster.memory.fit import plan_for
     from hetcluster.memory.model_graph import spec_graph
 
-    plan = plan_for(spec_graph(spec), batch_size, budget_bytes, device_kind, overheads=overheads)
+    graph = spec_graph(spec)
+    plan = plan_for(graph, batch_size, budget_bytes, device_kind, overheads=overheads)
     if plot is not None:
-        from hetcluster.memory.plot import plot_timelines
+        from hetcluster.memory.plan import strategy_curves
+        from hetcluster.memory.plot import measured_points, plot_plan
 
-        plot_timelines(plan, plot)
+        curves = strategy_curves(graph.scaled(batch_size), overheads)
+        plot_plan(plan, plot, curves, measured_points(points or {}, plan, spec.input_shape))
     if output_format == "json":
         typer.echo(json.dumps(plan.to_dict(), indent=2))
     else:
         _print_table(plan)
     if plot is not None and output_format != "json":
         typer.echo(f"plot written to {plot}")
+
+
+def _read_measured(path: Path) -> dict:
+    from hetcluster.errors import ConfigError
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"Cannot read measured points from {path}: {exc}.",
+                          hint="write them with benchmarks/memory.py 1 --json FILE.") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise ConfigError(f"{path} holds no measured points.",
+                          hint="write them with benchmarks/memory.py 1 --json FILE.")
+    return data
 
 
 def _print_table(plan) -> None:  # type: ignore[no-untyped-def]
@@ -85,7 +111,15 @@ def _print_table(plan) -> None:  # type: ignore[no-untyped-def]
     console.print(f"{plan.model}, batch {plan.batch_size}, {plan.device_kind}: budget {_mib(plan.budget_bytes)} — "
                   f"{verdict} with [bold]{plan.technique}[/bold], predicted peak {_mib(plan.predicted_peak_bytes)}, "
                   f"slowdown {plan.predicted_slowdown:.1%} (fixed {_mib(plan.fixed_bytes)}: weights, gradients, "
-                  f"{plan.optimizer} slots, runtime)")
+                  f"{plan.optimizer} slots, runtime); it needs a budget of {_mib(plan.needed_bytes)} "
+                  f"(a {plan.margin:.0%} margin over the prediction)")
+    frontier = Table(title="memory/time frontier (predicted)")
+    frontier.add_column("technique")
+    frontier.add_column("peak", justify="right")
+    frontier.add_column("step time", justify="right")
+    for technique, peak, slowdown in plan.frontier:
+        frontier.add_row(technique, _mib(peak), f"{slowdown:+.1%}")
+    console.print(frontier)
     peaks = Table(title="predicted peak per technique")
     peaks.add_column("technique")
     peaks.add_column("peak", justify="right")

@@ -223,7 +223,7 @@ def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: b
     console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=training.data,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,
-                      memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
+                      **memory.spec_fields(),
                       optimizer=training.optimizer, learning_rate=training.learning_rate)
     model_path = (export or workdir / "model.keras").expanduser().absolute()
     record = {"objective": plan.objective.name, "chosen": list(plan.chosen),

@@ -343,8 +343,8 @@ class ElasticJob:
         return list(decision.chosen)
 
     def adopt(self, target: list[str]) -> Any:
-        """Make ``target`` the job's configuration in its ledger, under the memory plan its tightest
-        member needs, before anything is launched (a coordinator killed from here resumes on it);
+        """Make ``target`` the job's configuration in its ledger, each member under its own memory
+        plan, before anything is launched (a coordinator killed from here resumes on it);
         returns the job's TrainSpec as it now stands."""
         from hetcluster.memory.fit import training_memory
         from hetcluster.memory.model_graph import spec_graph
@@ -355,8 +355,7 @@ class ElasticJob:
         self.console.print(memory.describe())
         with self.ledger.lock:
             self.ledger.data["chosen"] = list(target)
-            self.ledger.data["train_spec"].update(memory_budget_bytes=memory.budget_bytes,
-                                                  memory_device_kind=memory.device_kind)
+            self.ledger.data["train_spec"].update(memory_budget_bytes=0, **memory.spec_fields())
             self.ledger.save()
         self.spec = TrainSpec.from_dict(self.ledger.data["train_spec"])
         return self.spec

@@ -6,9 +6,9 @@ of a tf_keras functional model) and `executor` (the scheduled train step) import
 must be imported explicitly.
 """
 
-from hetcluster.memory.cost import DEVICE_KINDS, DeviceAssumptions, Overheads
+from hetcluster.memory.cost import DEVICE_KINDS, DeviceAssumptions, Overheads, PeakMargin
 from hetcluster.memory.graph import LayerGraph, LayerNode
 from hetcluster.memory.plan import MemoryPlan, PlannedSegment, plan_for_budget
 
 __all__ = ["DEVICE_KINDS", "DeviceAssumptions", "LayerGraph", "LayerNode", "MemoryPlan", "Overheads",
-           "PlannedSegment", "plan_for_budget"]
+           "PeakMargin", "PlannedSegment", "plan_for_budget"]

@@ -84,6 +84,42 @@ class Overheads:
         return int(UPDATE_TEMP_COPIES[self.optimizer] * largest_weight + largest_activation)
 
 
+# Headroom between a predicted peak and the budget, as a fraction of the prediction: above the
+# largest under-prediction measured, per kind of step (docs/decisions.md#memory-peak-margin).
+PLAIN_PEAK_MARGIN = 0.12
+SCHEDULED_PEAK_MARGIN = 0.08
+
+
+@dataclass(frozen=True)
+class PeakMargin:
+    """What a plan must leave free under its budget: plain TensorFlow's step, whose peak the model
+    under-predicts most (allocator and kernel scratch it does not see), and a scheduled step."""
+
+    plain: float = PLAIN_PEAK_MARGIN
+    scheduled: float = SCHEDULED_PEAK_MARGIN
+
+    @classmethod
+    def none(cls) -> "PeakMargin":
+        """No headroom: a plan fits when its predicted peak does (the raw model, for analysis)."""
+        return cls(0.0, 0.0)
+
+    def of(self, plain: bool) -> float:
+        return self.plain if plain else self.scheduled
+
+    def needed_bytes(self, peak_bytes: int, plain: bool) -> int:
+        """The budget a step of this predicted peak needs."""
+        return int(-(-peak_bytes * (1.0 + self.of(plain)) // 1))
+
+    def usable_bytes(self, budget_bytes: int, plain: bool) -> int:
+        """The largest predicted peak whose needed_bytes fit ``budget_bytes``."""
+        peak = int(budget_bytes / (1.0 + self.of(plain)))
+        while self.needed_bytes(peak + 1, plain) <= budget_bytes:  # float rounding, either way
+            peak += 1
+        while peak > 0 and self.needed_bytes(peak, plain) > budget_bytes:
+            peak -= 1
+        return peak
+
+
 @dataclass(frozen=True)
 class DeviceAssumptions:
     """Figures used only to turn offloaded bytes into time (no device is measured here)."""

@@ -19,6 +19,11 @@ make the result equal to the plain step:
 
 Offloaded tensors (discrete GPUs) are passed to the segment that reads them as a copy placed on
 the host device; the gradient copies them back after its incoming gradients exist.
+
+Under ParameterServerStrategy one traced step serves every worker: `per_worker_gradients` holds
+one gradient function per distinct plan and picks a worker's with `tf.switch_case` on the worker's
+index, which ClusterCoordinator feeds to each call of the step (a call-time captured value), so each
+worker runs its own device's plan and only its branch executes.
 """
 
 from __future__ import annotations
@@ -274,6 +279,43 @@ class ScheduledTrainStep:
 
     def gradients(self, x: Any, y: Any) -> tuple[Any, list[Any]]:
         return self._compiled_grads(x, y)
+
+
+GradientsFn = Callable[[Any, Any], tuple[Any, list[Any]]]
+
+
+def per_worker_gradients(branches: Sequence[GradientsFn], branch_of_worker: Sequence[int],
+                         variables: Sequence[Any]) -> GradientsFn:
+    """``(x, y) -> (loss, gradients of variables)`` running ``branches[branch_of_worker[w]]`` on
+    worker ``w`` of a ClusterCoordinator (call it inside a step the coordinator schedules).
+
+    A single distinct branch is returned as it is: no case op, the step every worker ran before.
+    """
+    if not branches:
+        raise MemoryPlanError("No gradient function to run.", hint="pass one per distinct plan.")
+    used = sorted(set(branch_of_worker))
+    if any(b < 0 or b >= len(branches) for b in used):
+        raise MemoryPlanError(f"A worker names branch {used[-1]} of {len(branches)}.", hint="index the branches given.")
+    if len(used) <= 1:
+        return branches[used[0] if used else 0]
+    table = [int(b) for b in branch_of_worker]
+
+    def gradients(x: Any, y: Any) -> tuple[Any, list[Any]]:
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+        index = tf.gather(tf.constant(table, tf.int32), tf.cast(worker, tf.int32))
+
+        def case(fn: GradientsFn) -> Callable[[], tuple[Any, list[Any]]]:
+            def run() -> tuple[Any, list[Any]]:
+                loss, grads = fn(x, y)
+                # every branch returns the same structure: dense tensors, zeros for an unconnected weight
+                return loss, [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                              for g, v in zip(grads, variables)]
+            return run
+
+        loss, grads = tf.switch_case(index, [case(fn) for fn in branches])
+        return loss, list(grads)
+
+    return gradients
 
 
 def build_train_step(model: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any,

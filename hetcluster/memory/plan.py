@@ -4,8 +4,10 @@ Candidates, from least to most intrusive: nothing (plain TensorFlow frees tensor
 use, which is the liveness timeline); offloading kept activations to the host (discrete GPUs
 only — on CPUs and unified-memory boards host memory *is* device memory); recomputation at conv,
 block or sqrt(n) granularity, applied to as few segments as needed (best bytes-per-FLOP first),
-combined with offloading on discrete GPUs. The fitting candidate with the smallest predicted
-slowdown wins; if none fits, the plan with the smallest achievable peak is returned with
+combined with offloading on discrete GPUs; and the cost-aware frontier (`cost_aware_frontier`):
+SuperNeurons' recomputation of the cheap layers everywhere, deepened step by step with sqrt(n)
+segments where they save the most bytes per FLOP. The fitting candidate with the smallest
+predicted slowdown wins; if none fits, the plan with the smallest achievable peak is returned with
 ``fits=False``.
 """
 
@@ -19,14 +21,18 @@ from hetcluster.memory import checkpoints
 from hetcluster.memory.cost import (
     DeviceAssumptions,
     Overheads,
+    PeakMargin,
     check_device_kind,
     recompute_slowdown,
 )
 from hetcluster.memory.graph import LayerGraph
 from hetcluster.memory.liveness import Timeline, offload_candidates, offloaded_transfer_bytes, timeline
-from hetcluster.memory.route import Route, Segment, build_route
+from hetcluster.memory.route import MEMORY, SPEED, Route, Segment, build_route
 
 log = logging.getLogger(__name__)
+
+COST_AWARE = "recompute_cost_aware"
+MIN_DROP = 0.01  # a smaller drop only moves the peak elsewhere (docs/decisions.md#cost-aware-frontier)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,12 @@ class MemoryPlan:
     actions: dict[str, str]
     technique_peaks: dict[str, int]
     timelines: dict[str, Timeline] = field(default_factory=dict, compare=False, repr=False)
+    # (technique, predicted peak bytes, predicted slowdown) of every plan on the memory/time
+    # frontier: none of them has both a lower peak and a lower slowdown than another
+    frontier: tuple[tuple[str, int, float], ...] = field(default=(), compare=False, repr=False)
+    # the budget the chosen plan needs: its predicted peak plus the fit's margin (PeakMargin)
+    needed_bytes: int = 0
+    margin: float = 0.0
 
     @property
     def recompute_layers(self) -> list[str]:
@@ -79,10 +91,14 @@ class MemoryPlan:
             "recompute_flops": self.recompute_flops,
             "offloaded_bytes": self.offloaded_bytes,
             "fixed_bytes": self.fixed_bytes,
+            "needed_bytes": self.needed_bytes,
+            "margin": self.margin,
             "optimizer": self.optimizer,
             "segments": [{"layers": list(s.layers), "mode": s.mode} for s in self.segments],
             "offloaded": list(self.offloaded),
             "actions": dict(self.actions),
+            "frontier": [{"technique": t, "predicted_peak_bytes": p, "predicted_slowdown": d}
+                         for t, p, d in self.frontier],
         }
 
 
@@ -123,11 +139,14 @@ class _Evaluator:
 
 
 def _smallest_fitting(n: int, make: Callable[[int], _Candidate], budget: int) -> _Candidate | None:
-    """Binary search on how many items (segments, offloads) to apply; peak falls as k grows."""
+    """Binary search on how many items (segments, offloads) to apply; peak falls as k grows. At
+    least one: applying none is plain TensorFlow, which fits under its own margin."""
+    if n < 1:
+        return None
     best = make(n)
     if best.peak_bytes > budget:
         return None
-    lo, hi = 0, n
+    lo, hi = 1, n
     while lo < hi:
         mid = (lo + hi) // 2
         cand = make(mid)
@@ -151,11 +170,94 @@ def technique_candidates(graph: LayerGraph, evaluate: _Evaluator) -> dict[str, _
     return out
 
 
+def cost_aware_frontier(graph: LayerGraph, evaluate: _Evaluator) -> list[_Candidate]:
+    """Plans from cheapest to smallest peak: SuperNeurons' cost-aware recomputation, deepened.
+
+    It starts from the conv segmentation everywhere: conv outputs kept, the cheap layers after
+    them (BN, activations, pooling) recomputed, almost free in FLOPs. Each step then takes the
+    better, in bytes of peak saved per unit of slowdown, of two moves: cover the next sqrt(n)
+    segment (best bytes-per-FLOP first) as one speed-centric segment, which drops the conv outputs
+    inside it for one extra forward of it; or, where the peak sits inside a speed-centric
+    segment's recomputation, cut that segment in two at an articulation tensor (keeping that
+    tensor, at no extra FLOPs) or bisect it (memory-centric: its first half recomputed twice). Where no move
+    lowers the peak (two places of the step share it), the cheapest is taken and the point is
+    stepped over, not kept.
+    """
+    cheap = checkpoints.segments(graph, "conv")
+    deep = checkpoints.by_benefit(graph, checkpoints.segments(graph, "sqrt"))
+    cuts = checkpoints.articulation_points(graph)
+
+    def build(applied: tuple[Segment, ...]) -> _Candidate:
+        covered = {i for s in applied for i in range(s.start, s.stop)}
+        rest = tuple(s for s in cheap if covered.isdisjoint(range(s.start, s.stop)))
+        return evaluate(COST_AWARE, applied + rest)
+
+    applied: tuple[Segment, ...] = ()
+    current = build(applied)
+    points = [current]
+    taken = 0
+    for _ in range(2 * len(deep)):
+        moves: list[tuple[tuple[Segment, ...], int]] = []
+        if taken < len(deep):
+            moves.append(((*applied, Segment(deep[taken].start, deep[taken].stop, SPEED)), taken + 1))
+        peak = current.route.steps[current.timeline.peak_step].layer
+        inside = [s for s in applied if s.mode == SPEED and s.start <= peak < s.stop and s.stop - s.start > 2]
+        if inside:
+            seg = inside[0]
+            rest = tuple(s for s in applied if s != seg)
+            moves.append(((*rest, Segment(seg.start, seg.stop, MEMORY)), taken))
+            halves = _halves(graph, seg, cuts)
+            if halves:
+                moves.append(((*rest, *halves), taken))
+        if not moves:
+            break
+        tried = [(build(segs), segs, k) for segs, k in moves]
+        falling = [t for t in tried if t[0].peak_bytes < current.peak_bytes * (1 - MIN_DROP)]
+
+        def gain(t: tuple[_Candidate, tuple[Segment, ...], int]) -> float:
+            return (current.peak_bytes - t[0].peak_bytes) / max(t[0].slowdown - current.slowdown, 1e-9)
+
+        # where no single move lowers the peak (two places share it), the cheapest move goes first
+        current, applied, taken = (max(falling, key=gain) if falling else
+                                   min(tried, key=lambda t: (t[0].slowdown, t[0].peak_bytes)))
+        if current.peak_bytes < points[-1].peak_bytes:
+            points.append(current)
+    return points
+
+
+def _halves(graph: LayerGraph, seg: Segment, points: list[int]) -> tuple[Segment, Segment] | None:
+    """``seg`` cut in two speed-centric segments at the articulation tensor inside it that best
+    halves its activation bytes (None where no cut leaves two layers on each side)."""
+    inside = [p for p in points if seg.start + 1 <= p <= seg.stop - 3]
+    if not inside:
+        return None
+    total = sum(graph.nodes[i].output_bytes for i in range(seg.start, seg.stop))
+
+    def imbalance(p: int) -> float:
+        return abs(2 * sum(graph.nodes[i].output_bytes for i in range(seg.start, p + 1)) - total)
+
+    cut = min(inside, key=imbalance)
+    return Segment(seg.start, cut + 1, SPEED), Segment(cut + 1, seg.stop, SPEED)
+
+
+def pareto(points: list[_Candidate]) -> list[_Candidate]:
+    """The candidates no other beats on both peak and slowdown, by rising slowdown."""
+    out: list[_Candidate] = []
+    for c in sorted(points, key=lambda c: (c.slowdown, c.peak_bytes)):
+        if not out or c.peak_bytes < out[-1].peak_bytes:
+            out.append(c)
+    return out
+
+
 def plan_for_budget(graph: LayerGraph, budget_bytes: int, device_kind: str = "cpu", *,
                     overheads: Overheads | None = None,
-                    device: DeviceAssumptions | None = None) -> MemoryPlan:
-    """The least intrusive plan whose predicted peak fits `budget_bytes` on a `device_kind` device."""
+                    device: DeviceAssumptions | None = None, margin: PeakMargin | None = None) -> MemoryPlan:
+    """The least intrusive plan whose predicted peak, plus ``margin`` (none by default: the raw
+    model), fits `budget_bytes` on a `device_kind` device."""
     check_device_kind(device_kind)
+    margin = margin or PeakMargin.none()
+    plain_limit = margin.usable_bytes(budget_bytes, plain=True)
+    limit = margin.usable_bytes(budget_bytes, plain=False)
     overheads = overheads or Overheads()
     evaluate = _Evaluator(graph, overheads, device or DeviceAssumptions())
     full = technique_candidates(graph, evaluate)
@@ -164,25 +266,28 @@ def plan_for_budget(graph: LayerGraph, budget_bytes: int, device_kind: str = "cp
 
     fitting: list[_Candidate] = []
     plain = full["liveness"]
-    if plain.peak_bytes <= budget_bytes:
+    frontier = cost_aware_frontier(graph, evaluate)
+    full[COST_AWARE] = min(frontier, key=lambda c: (c.peak_bytes, c.slowdown))
+    if plain.peak_bytes <= plain_limit:
         fitting.append(plain)
     else:
+        fitting += [c for c in frontier if c.peak_bytes <= limit]
         if offload_ok:
             n_off = len(offload_candidates(plain.route))
-            c = _smallest_fitting(n_off, lambda k: evaluate("offload", (), k), budget_bytes)
+            c = _smallest_fitting(n_off, lambda k: evaluate("offload", (), k), limit)
             if c:
                 fitting.append(c)
         for strategy in checkpoints.STRATEGIES:
             segs = checkpoints.by_benefit(graph, checkpoints.segments(graph, strategy))
             name = f"recompute_{strategy}"
-            c = _smallest_fitting(len(segs), lambda k, s=segs, n=name: evaluate(n, tuple(s[:k])), budget_bytes)
+            c = _smallest_fitting(len(segs), lambda k, s=segs, n=name: evaluate(n, tuple(s[:k])), limit)
             if c:
                 fitting.append(c)
             elif offload_ok:
                 route = build_route(graph, tuple(sorted(segs, key=lambda s: s.start)))
                 n_off = len(offload_candidates(route))
                 c = _smallest_fitting(n_off, lambda k, s=segs, n=name: evaluate(n + "+offload", tuple(s), k),
-                                      budget_bytes)
+                                      limit)
                 if c:
                     fitting.append(c)
     if fitting:
@@ -209,7 +314,26 @@ def plan_for_budget(graph: LayerGraph, budget_bytes: int, device_kind: str = "cp
                        for s in chosen.segments),
         offloaded=tuple(graph.nodes[i].name for i in sorted(chosen.offloaded)),
         actions=_actions(graph, chosen), technique_peaks=peaks, timelines=timelines,
+        frontier=tuple((c.technique, c.peak_bytes, float(c.slowdown)) for c in pareto([plain, *frontier])),
+        needed_bytes=margin.needed_bytes(chosen.peak_bytes, chosen is plain), margin=margin.of(chosen is plain),
     )
+
+
+def strategy_curves(graph: LayerGraph, overheads: Overheads | None = None,
+                    device: DeviceAssumptions | None = None) -> dict[str, list[tuple[int, float]]]:
+    """(predicted peak bytes, predicted slowdown) of every plan each recompute technique offers,
+    for the frontier plot: each fixed granularity applied to its first k segments (best bytes per
+    FLOP first), and the cost-aware frontier."""
+    evaluate = _Evaluator(graph, overheads or Overheads(), device or DeviceAssumptions())
+    curves = {}
+    for strategy in checkpoints.STRATEGIES:
+        segs = checkpoints.by_benefit(graph, checkpoints.segments(graph, strategy))
+        curves[f"recompute_{strategy}"] = [(c.peak_bytes, float(c.slowdown)) for c in pareto(
+            [evaluate(strategy, tuple(segs[:k])) for k in range(len(segs) + 1)])]
+    plain = evaluate("liveness")
+    curves[COST_AWARE] = [(c.peak_bytes, float(c.slowdown))
+                          for c in pareto([plain, *cost_aware_frontier(graph, evaluate)])]
+    return curves
 
 
 def _actions(graph: LayerGraph, cand: _Candidate) -> dict[str, str]:

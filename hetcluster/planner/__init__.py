@@ -13,9 +13,9 @@ Pipeline (estimate → solve → evaluate, each a pure function of named data):
 The model
 ---------
 Per device i, pre-training measures the solo throughput r_i (applied steps/s), busy power P_i and
-idle power p_i. Training runs every member of S under one memory plan, the tightest member's, so
-every r_i of S is divided by m(S) = max_{j∈S} m_j, the largest of the members' plan step-time
-multipliers (1 where plain TensorFlow fits; fleet.py). Each r_i is the solo window revised by what
+idle power p_i. Training runs every member of S under its own device's memory plan, so each r_i
+is divided by its own plan's step-time multiplier m_i (1 where plain TensorFlow fits; fleet.py),
+whatever else S holds. Each r_i is the solo window revised by what
 the calibration sets measured of that device, the window as a prior (solo_rates.py).
 
 Throughput (asynchronous parameter server: every worker pulls variables, computes, pushes

@@ -97,24 +97,22 @@ def evaluate(
     models: FittedModels, units: Units, configs: np.ndarray, chunk_rows: int = 1 << 12
 ) -> dict[str, np.ndarray]:
     """Predict every column for configurations (masks or count vectors), chunk by chunk so the
-    weight matrices stay small and in cache. Configurations whose members train under a memory
-    plan that slows the step are evaluated with every member's rate under that plan, one group of
-    whole chunks per distinct slowdown (Units.slowdown_groups)."""
+    weight matrices stay small and in cache. Each member's rate is its own under its own memory
+    plan (every worker trains under its device's plan: Units.rate_steps_per_s)."""
     if len(configs) == 0:
         raise PlanningError("No configurations to evaluate.")
     out: dict[str, np.ndarray] = {}
     floats = None
-    for group_units, rows in units.slowdown_groups(configs):
-        for start in range(0, len(configs) if rows is None else len(rows), chunk_rows):
-            where = slice(start, start + chunk_rows) if rows is None else rows[start:start + chunk_rows]
-            part = _evaluate_under(models, group_units, weights_of(units, configs[where]))
-            if floats is None:  # the float columns share one row-major block: no copy into pandas
-                names = [k for k, v in part.items() if v.dtype == np.float64]
-                floats = np.empty((len(configs), len(names)))
-                out = {k: floats[:, i] for i, k in enumerate(names)}
-                out.update({k: np.empty(len(configs), dtype=v.dtype) for k, v in part.items() if k not in out})
-            for key, value in part.items():
-                out[key][where] = value
+    for start in range(0, len(configs), chunk_rows):
+        where = slice(start, start + chunk_rows)
+        part = _evaluate_under(models, units, weights_of(units, configs[where]))
+        if floats is None:  # the float columns share one row-major block: no copy into pandas
+            names = [k for k, v in part.items() if v.dtype == np.float64]
+            floats = np.empty((len(configs), len(names)))
+            out = {k: floats[:, i] for i, k in enumerate(names)}
+            out.update({k: np.empty(len(configs), dtype=v.dtype) for k, v in part.items() if k not in out})
+        for key, value in part.items():
+            out[key][where] = value
     return out
 
 

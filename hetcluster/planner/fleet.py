@@ -8,7 +8,7 @@ the only difference between exact enumeration and class aggregation, so both sha
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +34,8 @@ class Units:
     startup_s: np.ndarray | None = None     # steady-line intercept of a run alone (None: all 0)
     first_step_s: np.ndarray | None = None  # run start → first completed step (None: all 0)
     startup_power_w: np.ndarray | None = None  # mean power over the start-up (0/None: not measured)
-    memory_slowdown: np.ndarray | None = None  # step-time multiplier of each unit's own memory plan
+    memory_slowdown: np.ndarray | None = None  # step-time multiplier of each unit's own memory plan,
+                                               # which it trains under in every configuration
                                                # (already divided out of rate_steps_per_s; None: all 1)
 
     @property
@@ -47,42 +48,6 @@ class Units:
         if self.startup_s is None or self.startup_power_w is None:
             return np.zeros(self.size), np.zeros(self.size)
         return np.where(self.startup_power_w > 0, self.startup_s, 0.0), self.startup_power_w
-
-    def configuration_slowdowns(self, configs: np.ndarray) -> np.ndarray | None:
-        """Per configuration (bit masks over these units, or count vectors), the memory-plan
-        step-time multiplier every member trains under; None where no unit has a plan that slows
-        its step (the common case: nothing to do).
-
-        One traced step serves every worker of ParameterServerStrategy, so training runs all
-        members under one plan, the tightest member's (memory.fit.training_memory). For the
-        same model and kind a smaller budget never has a cheaper plan, so that is the largest of
-        the members' own slowdowns; where kinds differ the largest is an upper bound."""
-        if self.memory_slowdown is None or not np.any(self.memory_slowdown != 1.0):
-            return None
-        configs = np.asarray(configs)
-        if configs.ndim == 2:  # count vectors (or weights)
-            return np.where(configs > 0, self.memory_slowdown[None, :], -np.inf).max(axis=1)
-        out = np.full(len(configs), -np.inf)
-        for unit, slowdown in enumerate(self.memory_slowdown):  # bit masks: one pass per unit
-            np.maximum(out, np.where((configs >> unit) & 1, slowdown, -np.inf), out=out)
-        return out
-
-    def under_slowdown(self, slowdown: float) -> "Units":
-        """These units with every rate divided by one configuration's ``slowdown`` instead of each
-        unit's own plan's (see configuration_slowdowns)."""
-        own = self.memory_slowdown if self.memory_slowdown is not None else np.ones(self.size)
-        scale = own / float(slowdown)
-        return replace(self, rate_steps_per_s=self.rate_steps_per_s * scale,
-                       rate_std_steps_per_s=self.rate_std_steps_per_s * scale)
-
-    def slowdown_groups(self, configs: np.ndarray) -> list[tuple["Units", np.ndarray | None]]:
-        """(these units under one configuration slowdown, the indices of the configurations that
-        have it) per distinct slowdown; [(self, None)], None meaning every row, where no unit has
-        a plan that slows its step."""
-        slowdown = self.configuration_slowdowns(configs)
-        if slowdown is None:
-            return [(self, None)]
-        return [(self.under_slowdown(value), np.flatnonzero(slowdown == value)) for value in np.unique(slowdown)]
 
     @property
     def counts(self) -> np.ndarray:

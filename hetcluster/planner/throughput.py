@@ -171,12 +171,8 @@ class ThroughputModel:
             weights = configurations.astype(np.float64)
         else:
             raise PlanningError("Configurations must be a 1-D array of masks or a 2-D array of count vectors.")
-        steps, std = np.empty(len(weights)), np.empty(len(weights))
-        for group, rows in units.slowdown_groups(weights):  # one memory plan per configuration
-            where = slice(None) if rows is None else rows
-            group_steps, rel, _, _ = self.predict_weights(weights[where], group)
-            steps[where], std[where] = group_steps, group_steps * rel
-        return steps, std
+        steps, rel, _, _ = self.predict_weights(weights, units)  # each member under its own memory plan
+        return steps, steps * rel
 
 
 def _as_measured_units(devices: tuple[DeviceMeasurement, ...]) -> Units:

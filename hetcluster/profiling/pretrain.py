@@ -88,9 +88,9 @@ MIN_SOLO_WINDOW_STEPS = 10
 # "what": "opening" for the opening run (step 3, not measured), "" for the others
 EventFn = Callable[[str, dict[str, Any]], None]
 
-# memory(devices) → the memory plan a run of those devices trains under, as training would run
-# them: a memory.fit.TrainingMemory (training_memory: the tightest member's plan; budget_bytes 0
-# for plain TensorFlow). None: every run plain TensorFlow.
+# memory(devices) → the memory plans a run of those devices trains under, as training would run
+# them: a memory.fit.TrainingMemory (training_memory: each member's own plan, plain TensorFlow
+# where that fits). None: every run plain TensorFlow.
 MemoryFn = Callable[[Sequence[str]], TrainingMemory]
 PLAIN = TrainingMemory()
 
@@ -335,8 +335,7 @@ class _Phase:
         settings = self.settings
         base = self.steps_total if base_steps is None else base_steps
         memory = self.memory(names)
-        return TrainSpec(model=self.model, total_steps=base + steps, data=self.data,
-                         memory_budget_bytes=memory.budget_bytes, memory_device_kind=memory.device_kind,
+        return TrainSpec(model=self.model, total_steps=base + steps, data=self.data, **memory.spec_fields(),
                          checkpoint_dir=checkpoint_dir or self.checkpoint_dir, warmup_steps=settings.warmup_steps,
                          warmup_s=settings.warmup_s, learning_rate=settings.learning_rate,
                          optimizer=settings.optimizer,
@@ -484,7 +483,8 @@ def _set_run(members: tuple[str, ...], result: Any, t0: float, t1: float, record
     (else the run's), each steady member's own rate, and the set's throughput with a lone first
     step counted as one over its duration. ``memory``: the plan it ran under (_Phase.memory)."""
     energy_j = sum(recorders[n].energy_j(t0, t1) for n in members)
-    planned = {"memory_slowdown": memory.slowdown, "memory_plan": memory.technique}
+    planned = {"memory_slowdown": memory.slowdown, "memory_plan": memory.technique,
+               "memory_slowdowns": {n: memory.slowdowns.get(n, 1.0) for n in members}}
     steady = result.steady_rates()
     if steady is not None:
         s0, s1, rates = steady

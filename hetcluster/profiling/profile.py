@@ -69,9 +69,11 @@ class DeviceProfile:
 
 @dataclass
 class RunProfile:
-    """One measured run of a set of devices together (warm-up excluded from time and power), under
-    the memory plan of its tightest member where plain TensorFlow does not fit it (``memory_plan``,
-    its predicted step-time multiplier ``memory_slowdown``; as in DeviceProfile)."""
+    """One measured run of a set of devices together (warm-up excluded from time and power), each
+    member under its own memory plan where plain TensorFlow does not fit it (``memory_plan``: the
+    techniques; ``memory_slowdowns``: each member's predicted step-time multiplier). Profiles from
+    releases that ran every member under the tightest member's plan have only ``memory_slowdown``,
+    that plan's multiplier, for every member."""
 
     devices: tuple[str, ...]
     steps: int
@@ -86,6 +88,21 @@ class RunProfile:
     per_device_power_w: dict[str, float] = field(default_factory=dict)
     memory_plan: str = ""
     memory_slowdown: float = 1.0
+    memory_slowdowns: dict[str, float] = field(default_factory=dict)
+
+    def slowdown_of(self, device: str) -> float:
+        return self.memory_slowdowns.get(device, 1.0) if self.memory_slowdowns else self.memory_slowdown
+
+    def plain_scale(self) -> float:
+        """What the run's throughput is multiplied by to read as plain TensorFlow's: each member's
+        rate by its own plan's slowdown, weighed by its share of the steps."""
+        if not self.memory_slowdowns:
+            return self.memory_slowdown
+        steps = {n: self.per_device_steps.get(n, 0.0) for n in self.devices}
+        total = sum(steps.values())
+        if total <= 0:
+            return sum(self.slowdown_of(n) for n in self.devices) / max(len(self.devices), 1)
+        return sum(s * self.slowdown_of(n) for n, s in steps.items()) / total
 
 
 @dataclass
@@ -192,13 +209,29 @@ def load_profile(path: Path | str) -> Profile:
         raise ProfileError(f"Profile {json_path} is malformed: {exc}.", hint="re-run `hetcluster profile`.") from exc
 
 
+def _as_plain(run: RunProfile) -> Any:
+    """A run's measurement as plain TensorFlow would have trained it: each member's steps (a rate
+    times the window) multiplied by its own plan's slowdown, the set's rate by their weighed mean."""
+    from hetcluster.planner.inputs import RunMeasurement
+
+    if not run.memory_slowdowns:  # one plan for every member: the window shrinks by its slowdown
+        return RunMeasurement(devices=tuple(run.devices), steps=run.steps, time_s=run.time_s / run.memory_slowdown,
+                              steps_per_s=run.steps_per_s * run.memory_slowdown, power_w=run.power_w,
+                              per_device_steps=dict(run.per_device_steps),
+                              per_device_power_w=dict(run.per_device_power_w))
+    return RunMeasurement(devices=tuple(run.devices), steps=round(run.steps * run.plain_scale()), time_s=run.time_s,
+                          steps_per_s=run.steps_per_s * run.plain_scale(), power_w=run.power_w,
+                          per_device_steps={n: s * run.slowdown_of(n) for n, s in run.per_device_steps.items()},
+                          per_device_power_w=dict(run.per_device_power_w))
+
+
 def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: bool | None = None) -> tuple[Any, ...]:
     """``(devices, runs, job)`` for the planner, from a profile and the job's total steps."""
-    from hetcluster.planner.inputs import DeviceMeasurement, JobSpec, RunMeasurement
+    from hetcluster.planner.inputs import DeviceMeasurement, JobSpec
 
-    # the planner takes rates as plain TensorFlow would train (it divides them by a configuration's
-    # plan slowdown itself): a run measured under a plan has its rates multiplied back by that
-    # plan's predicted slowdown (1 where it ran plain), so a device's own plan reproduces its measurement
+    # the planner takes rates as plain TensorFlow would train (it divides each member's by its own
+    # plan's slowdown itself): a run measured under plans has its rates multiplied back by them
+    # (1 where it ran plain), so a device's own plan reproduces its measurement
     devices = [
         DeviceMeasurement(
             name=d.name,
@@ -213,11 +246,7 @@ def to_planner_inputs(profile: Profile, total_steps: int, idle_power_counts: boo
         )
         for d in profile.devices
     ]
-    runs = [RunMeasurement(devices=tuple(r.devices), steps=r.steps, time_s=r.time_s / r.memory_slowdown,
-                           steps_per_s=r.steps_per_s * r.memory_slowdown,
-                           power_w=r.power_w, per_device_steps=dict(r.per_device_steps),
-                           per_device_power_w=dict(r.per_device_power_w))
-            for r in profile.runs]
+    runs = [_as_plain(r) for r in profile.runs]
     job = JobSpec(total_steps=int(total_steps), pretrain_steps=profile.pretrain_steps,
                   pretrain_time_s=profile.pretrain_time_s, pretrain_energy_j=profile.pretrain_energy_j,
                   idle_power_counts=profile.idle_power_counts if idle_power_counts is None else idle_power_counts)

@@ -134,21 +134,53 @@ def default_gradient_fn(loss_fn: Any) -> GradientFn:
     return gradient_fn
 
 
-def _scheduled_gradient_fn(spec: TrainSpec, model: Any, loss_fn: Any, optimizer: Any) -> tuple[GradientFn, str]:
-    """Gradients through the memory scheduler's plan for ``spec.memory_budget_bytes``, and the
-    plan's technique."""
+def _memory_gradient_fn(spec: TrainSpec, worker_names: list[str], model: Any, loss_fn: Any,
+                        optimizer: Any) -> tuple[GradientFn | None, dict[str, str]]:
+    """Gradients through each worker's own memory plan (None: every worker plain), and each
+    worker's technique ("" = plain). Refuses, before any step, a worker no plan fits."""
+    from hetcluster.memory.executor import build_train_step, per_worker_gradients
+    from hetcluster.memory.fit import worker_memory
+    from hetcluster.memory.keras_graph import extract_graph
+
+    budgets = {name: (spec.worker_budgets_bytes.get(name, spec.memory_budget_bytes),
+                      spec.worker_device_kinds.get(name, spec.memory_device_kind)) for name in worker_names}
+    budgets = {name: value for name, value in budgets.items() if value[0] > 0}
+    # the graph of the very model trained here: Keras numbers unnamed layers per process, so
+    # another build of the same model can name them differently
+    memory = worker_memory(spec.model, budgets, worker_names, extract_graph(model, 1))
+    for worker in memory.workers:
+        worker.check_fits()
+        log.info("memory %s", worker.describe())
+    techniques = {name: (memory.of(name).technique if memory.of(name) else "") for name in worker_names}
+    if not memory.planned:
+        return None, techniques
     import tensorflow as tf
 
-    from hetcluster.memory.executor import build_train_step
-    from hetcluster.memory.fit import plan_for
-    from hetcluster.memory.model_graph import spec_graph
+    average = lambda y, out: tf.nn.compute_average_loss(loss_fn(y, out))  # noqa: E731
+    plain = default_gradient_fn(loss_fn)
+    branches: list[Any] = []
+    keys: dict[Any, int] = {}  # one branch per distinct plan (None: the plain step)
+    branch_of_worker = []
+    for name in worker_names:
+        worker = memory.of(name)
+        plan = worker.plan if worker is not None and worker.planned else None
+        key = None if plan is None else (plan.segments, plan.offloaded)
+        if key not in keys:
+            keys[key] = len(branches)
+            branches.append((lambda x, y: plain(model, x, y)) if plan is None
+                            else build_train_step(model, average, optimizer, plan).gradients_fn)
+        branch_of_worker.append(keys[key])
+    gradients = per_worker_gradients(branches, branch_of_worker, model.trainable_variables)
+    return (lambda _model, x, y: gradients(x, y)), techniques
 
-    m = spec.model
-    plan = plan_for(spec_graph(m), m.batch_size, spec.memory_budget_bytes, spec.memory_device_kind)
-    log.info("memory plan for %d bytes: %s, fits=%s, predicted slowdown %.2f", spec.memory_budget_bytes,
-             plan.technique, plan.fits, plan.predicted_slowdown)
-    step = build_train_step(model, lambda y, out: tf.nn.compute_average_loss(loss_fn(y, out)), optimizer, plan)
-    return (lambda _model, x, y: step.gradients_fn(x, y)), plan.technique
+
+def memory_plan_summary(techniques: dict[str, str]) -> str:
+    """"recompute_sqrt on rpi4; recompute_cost_aware on a, b" ("" where every worker runs plain)."""
+    by_technique: dict[str, list[str]] = {}
+    for name, technique in techniques.items():
+        if technique:
+            by_technique.setdefault(technique, []).append(name)
+    return "; ".join(f"{technique} on {', '.join(names)}" for technique, names in by_technique.items())
 
 
 def make_optimizer(keras: Any, name: str, learning_rate: float) -> Any:
@@ -177,9 +209,10 @@ class _Trainer:
             self.manager = tf.train.CheckpointManager(self.checkpoint, spec.checkpoint_dir,
                                                       max_to_keep=max(1, spec.max_checkpoints))
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-        self.memory_plan = ""
-        if gradient_fn is None and spec.memory_budget_bytes > 0:
-            gradient_fn, self.memory_plan = _scheduled_gradient_fn(spec, self.model, loss_fn, self.optimizer)
+        self.memory_plans = {name: "" for name in cluster.worker_names}
+        if gradient_fn is None and (spec.memory_budget_bytes > 0 or spec.worker_budgets_bytes):
+            gradient_fn, self.memory_plans = _memory_gradient_fn(spec, cluster.worker_names, self.model, loss_fn,
+                                                                 self.optimizer)
         self.gradient_fn = gradient_fn or default_gradient_fn(loss_fn)
         dataset_fn = make_dataset_fn(spec.data, spec.model)
 
@@ -528,6 +561,7 @@ def _result(spec: TrainSpec, cluster: ClusterAddresses, trainer: _Trainer, stamp
         closures_scheduled=scheduled,
         warmup_steps=min(spec.warmup_steps, len(applied)),
         warmup_s=spec.warmup_s,
-        memory_plan=trainer.memory_plan,
+        memory_plan=memory_plan_summary(trainer.memory_plans),
+        memory_plans=dict(trainer.memory_plans),
         loss_curve=loss_curve([(s.end_s, s.loss) for s in applied], restored + 1, start_wall_s),
     )

@@ -119,9 +119,10 @@ class TrainSpec:
     checkpoint; the run applies exactly ``total_steps - restored`` more. ``checkpoint_every_steps``
     = 0 writes only the final checkpoint. ``optimizer`` "sgd" (momentum 0.9) or "adam", at
     ``learning_rate``.
-    ``memory_budget_bytes`` > 0 runs the memory scheduler's plan for that per-worker budget
-    (``hetcluster.memory``) inside the step; one traced step serves every worker, so pass the
-    smallest budget among the chosen workers.
+    ``worker_budgets_bytes`` (worker name → budget) runs each named worker under the memory
+    scheduler's plan for its own budget and ``worker_device_kinds`` kind (``hetcluster.memory``;
+    one traced step serves every worker and selects a worker's plan by its index); the others run
+    under ``memory_budget_bytes``'s plan when it is > 0 (``memory_device_kind``), else the plain step.
 
     ``warmup_steps``: the first steps a measurement leaves out — the run's first completions for
     one worker, each worker's own first steps for several (:func:`steps_past_warmup`);
@@ -154,6 +155,8 @@ class TrainSpec:
     warmup_s: float = 0.0
     memory_budget_bytes: int = 0
     memory_device_kind: str = "cpu"
+    worker_budgets_bytes: dict[str, int] = field(default_factory=dict)
+    worker_device_kinds: dict[str, str] = field(default_factory=dict)
     min_window_s: float = 0.0
     min_window_steps: int = 0
     max_steps: int = 0
@@ -259,8 +262,9 @@ class RunResult:
     ``round_starts_wall_s`` is when each round's closures were scheduled (the engine joins every
     round before the next: between a worker's last step of one round and its first of the next it
     waits for the slowest worker's last step, which a continuous run would not; empty in results
-    recorded before it was kept). ``memory_plan`` is the memory scheduler's technique the step ran
-    under (``TrainSpec.memory_budget_bytes``; "" = plain TensorFlow, no plan asked for).
+    recorded before it was kept). ``memory_plan`` names the memory scheduler's techniques the
+    workers ran under ("recompute_sqrt on rpi4"; "" = plain TensorFlow on every worker), and
+    ``memory_plans`` each worker's technique ("" = plain).
     ``loss_curve`` is the training loss over the run's steps (:func:`loss_curve`).
     """
 
@@ -281,6 +285,7 @@ class RunResult:
     warmup_s: float = 0.0
     round_starts_wall_s: list[float] = field(default_factory=list)
     memory_plan: str = ""
+    memory_plans: dict[str, str] = field(default_factory=dict)
     loss_curve: list[dict[str, float]] = field(default_factory=list)   # loss_curve(): windows of steps
 
     @property
