@@ -13,12 +13,14 @@ budget affords one.
    and its steps count toward the job. The other runs' steps were measurement only.
 3. The whole fleet together on one PS, continuing the line: the calibration set that spans every
    multi-device configuration.
-4. The remaining calibration sets (``sets.calibration_sets`` order) one at a time, only while
+4. The fastest device alone once more, its two windows pooled (pretrain.pool_solo_windows), where
+   the time budget affords it: the time choice hinges on its rate
+   ([decisions](../../docs/decisions.md#recheck-fastest)).
+5. The remaining calibration sets (``sets.calibration_sets`` order) one at a time, only while
    ``open_choice`` says the planner's choice still has a near-tie and the time budget affords one
    more set: a set whose outcome cannot change a clear choice is not worth its seconds.
 
-There is no opening run and no second solo run of the fastest device: the solo runs warm every
-worker for the sets, and the phase's seconds go to devices measured side by side instead.
+There is no opening run: the solo runs warm every worker for the sets.
 """
 
 from __future__ import annotations
@@ -268,10 +270,52 @@ def measure_on_lanes(phase: _Phase, available: Sequence[str], class_of: dict[str
         if fleet is not None:
             window_s = _budgeted_window_s(phase, lanes, profiles, [], open_choice, members)
             _run_set(phase, lanes, members, profiles, runs, fleet, window_s)
+    if len(members) > 1 and settings.recheck_fastest:
+        profiles = _recheck_fastest(phase, lanes, profiles, runs, members, open_choice, width)
     if len(members) > 2:
         _further_sets(phase, lanes, profiles, runs, class_of, open_choice)
     lanes.finish()
     return profiles, runs
+
+
+def _recheck_fastest(phase: _Phase, lanes: _Lanes, profiles: list[DeviceProfile], runs: list[RunProfile],
+                     members: Sequence[str], open_choice: ChoiceFn | None, chief: int) -> list[DeviceProfile]:
+    """Step 4: the fastest member alone again where the time budget affords it; ``profiles`` with
+    its two windows pooled."""
+    from hetcluster.profiling.pretrain import pool_solo_windows, solo_device_profile
+
+    fastest = max((p for p in profiles if p.name in members and not p.measured_on), key=lambda p: p.steps_per_s,
+                  default=None)
+    if fastest is None or fastest.measured_wall_s:   # known from an earlier pre-training: its figures stand
+        return profiles
+    if open_choice is not None:
+        check = open_choice(_provisional(phase, lanes, profiles, runs))
+        elapsed_s = time.time() - phase.start_wall_s
+        cost_s = _set_estimate_s([fastest])
+        budget_s = phase.settings.budget_share * (elapsed_s + check.training_time_s)
+        if elapsed_s + cost_s > budget_s:
+            phase.on_event("plan", {"line": f"{fastest.name} alone again skipped: about {cost_s:.0f} s more would "
+                                            f"pass the budget ({budget_s:.0f} s)"})
+            return profiles
+    name = fastest.name
+    settings = phase.settings
+    pending = lanes.start([name], lane=0, chief=chief,
+                          spec=lambda folder: phase.run_spec([name], settings.steps_per_run,
+                                                             SOLO_CAP_RUNS * settings.steps_per_run,
+                                                             base_steps=lanes.line_steps, checkpoint_dir=folder))
+    pending.go.set()
+    pending.join()
+    if pending.error is not None:
+        log.warning("second solo run of %s failed: %s", name, pending.error)
+        return profiles
+    again = solo_device_profile(phase, name, pending.result, fastest.idle_power_w, "second solo run")
+    if again is None:
+        return profiles
+    lanes.adopt([pending.result])
+    pooled = pool_solo_windows(fastest, again)
+    return [pooled if p.name == name
+            else replace(pooled, name=p.name, idle_power_w=p.idle_power_w, measured_on=name) if p.measured_on == name
+            else p for p in profiles]
 
 
 def _cancel(pending: _Pending) -> None:
