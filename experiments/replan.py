@@ -10,9 +10,14 @@ measured the start-up's duration but not its power (priced at training power, as
 --without-sets as if pre-training had run each device alone and no calibration set (no contention
 fitted: a configuration's rate is the sum of its members' solo rates, its power the sum of theirs),
 --without-rate-revision with the sets but each device's solo rate as its window read it, not
-revised by what the sets measured of it (hetcluster/planner/solo_rates.py).
+revised by what the sets measured of it (hetcluster/planner/solo_rates.py). --as-lanes replays
+what pre-training on lanes (the default protocol) would have measured of a sequential recording
+under a budget (--pretrain-budget, default the product's): each device's first solo window (its
+recorded step stamps), the fleet's set, then the fastest device's second window and the further
+sets only where the budget affords them, as profiling/lane_phase.py decides (as_lanes).
 
-    .venv/bin/python -m experiments.replan --all-repeated [--without-sets | --without-rate-revision]   # the headline
+    .venv/bin/python -m experiments.replan --all-repeated [--without-sets | --without-rate-revision |
+        --as-lanes [--pretrain-budget F]]
     .venv/bin/python -m experiments.replan --from DIR [--to DIR] [--check] [--without-startup |
     --without-startup-power | --without-sets | --without-rate-revision]
 
@@ -52,7 +57,80 @@ ABLATIONS = {  # what each ablation clears in the recorded device measurements
     "startup-power": {"startup_power_w": 0.0},
     "sets": {},  # and every multi-device run (replan drops them)
     "rate-revision": {},  # the solo windows as measured, not revised by the sets (planner/solo_rates.py)
+    "lanes": {},  # each device's first solo window, the fleet's set alone (as_lanes)
 }
+
+
+def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, objectives: Sequence[str],
+             budget_share: float) -> tuple[list[Any], list[Any]]:
+    """What pre-training on lanes (profiling/lane_phase.py) would have measured of a sequential
+    recording: each device's first solo window (its rate, and the error its recorded step stamps
+    give), the run of the whole fleet, the fastest device's second solo window where the time
+    budget affords it, then each further recorded set in the protocol's order while some
+    objective's choice is a near-tie and the budget affords it (``budget_share`` of the job, as
+    --pretrain-budget). Elapsed seconds: the slowest solo
+    run (the solo runs side by side), then each run's start-up, set-up overhead and window."""
+    from hetcluster.errors import PlanningError
+    from hetcluster.planner import plan
+    from hetcluster.profiling.lane_phase import SET_OVERHEAD_S
+    from hetcluster.profiling.pretrain import PretrainSettings, rate_standard_error
+    from hetcluster.profiling.sets import calibration_sets
+
+    min_window_s = PretrainSettings().min_window_s
+    recorded = {d.name: d for d in profile.devices}
+    first, pooled = [], {}
+    for device in devices:
+        source = recorded[device.name]
+        if len(source.solo_rates_steps_per_s) > 1 and source.solo_window_ends_s:
+            pooled[device.name] = device
+            rate = source.solo_rates_steps_per_s[0] * source.memory_slowdown
+            std = rate_standard_error(sorted(source.solo_window_ends_s[0]), rate)
+            device = dataclasses.replace(device, steps_per_s=rate, steps_per_s_std=std)
+        first.append(device)
+    by_members = {frozenset(r.devices): r for r in runs}
+    fleet = frozenset(d.name for d in devices)
+    kept = [by_members[fleet]] if fleet in by_members else []
+
+    def start_s(names: Sequence[str]) -> float:
+        return max(recorded[n].first_step_s for n in names) + SET_OVERHEAD_S
+
+    def window_s(name: str) -> float:   # one solo window of a device
+        return recorded[name].time_s / max(1, len(recorded[name].solo_rates_steps_per_s))
+
+    def affords(names: Sequence[str]) -> bool:   # the product's estimate: start-up, overhead, a minimum window
+        training_s = 0.0
+        for objective in objectives:
+            try:
+                chosen_s = float(plan(first, kept, job, objective, ()).chosen_row["time_s"])
+                training_s = max(training_s, chosen_s - job.pretrain_time_s)
+            except PlanningError:
+                continue
+        return elapsed_s + start_s(names) + min_window_s <= budget_share * (elapsed_s + training_s)
+
+    def near_tie() -> bool:
+        for objective in objectives:
+            try:
+                if len(plan(first, kept, job, objective, ()).near_ties(limit=1)):
+                    return True
+            except PlanningError:
+                continue
+        return False
+
+    elapsed_s = max(recorded[n].first_step_s + window_s(n) for n in fleet) \
+        + sum(start_s(list(fleet)) + r.time_s for r in kept)
+    if pooled and affords(list(pooled)):
+        name = next(iter(pooled))
+        first = [pooled.get(d.name, d) for d in first]
+        elapsed_s += start_s([name]) + window_s(name)
+    for members in calibration_sets({d.name: d.steps_per_s for d in first})[1:]:
+        run = by_members.get(frozenset(members))
+        if run is None or run in kept:
+            continue
+        if not near_tie() or not affords(members):
+            break
+        kept.append(run)
+        elapsed_s += start_s(members) + run.time_s
+    return first, kept
 
 
 def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None = None) -> dict[str, Any]:
@@ -61,15 +139,19 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
     from hetcluster.cli.cmd_evaluate import evaluation_dict, plans_by_objective
     from hetcluster.evaluation.scoring import ConfigurationResult
     from hetcluster.planner import FittedModels, plan
+    from hetcluster.profiling.pretrain import DEFAULT_BUDGET_SHARE
     from hetcluster.profiling.profile import Profile, to_planner_inputs
     from hetcluster.training.report import JobMetrics
 
     profile = Profile.from_dict(evaluation["profile"])
     devices, runs, job = to_planner_inputs(profile, total_steps)
     if without:
-        devices = [dataclasses.replace(d, **ABLATIONS[without]) for d in devices]
+        devices = [dataclasses.replace(d, **ABLATIONS[without.partition("@")[0]]) for d in devices]
     if without == "sets":
         runs = []
+    if without and without.startswith("lanes"):   # "lanes" or "lanes@<budget share>"
+        share = float(without.partition("@")[2] or DEFAULT_BUDGET_SHARE)
+        devices, runs = as_lanes(profile, devices, runs, job, list(evaluation["objectives"]), share)
     models = FittedModels.fit(devices, runs, job, revise_rates=without != "rate-revision")
     table = plan(devices, runs, job, "edp", (), models=models).table
     predicted = {frozenset(row["devices"]): JobMetrics.from_mapping(row) for row in table.to_dict("records")}
@@ -208,11 +290,21 @@ def main(argv: list[str] | None = None) -> int:
                           help="plan from the solo runs alone, no calibration set (ablation)")
     ablation.add_argument("--without-rate-revision", dest="without", action="store_const", const="rate-revision",
                           help="keep the solo windows' rates, not revised by the sets (ablation)")
+    ablation.add_argument("--as-lanes", dest="without", action="store_const", const="lanes",
+                          help="replay pre-training on lanes: first solo windows, the fleet's set alone")
+    parser.add_argument("--pretrain-budget", type=float,
+                        help="with --as-lanes: the budget's share of the job (default: the product's)")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)
+    if args.pretrain_budget is not None:
+        if args.without != "lanes":
+            parser.error("--pretrain-budget goes with --as-lanes")
+        args.without = f"lanes@{args.pretrain_budget:g}"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     suffix = f"-without-{args.without}" if args.without else ""
+    if args.without and args.without.startswith("lanes"):
+        suffix = "-as-" + args.without.replace("@", "-budget-")
     if args.all_repeated:
         out = (args.to or DATASET.parent / f"replanned-repeated{suffix}").resolve()
         frames = rescore_repeated(load(args.recordings), out, args.without, args.check)
