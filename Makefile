@@ -4,7 +4,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 .PHONY: setup lint test test-fast demo protos check-protos bench clean
 
@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 ## The tests in two phases: first those marked serial, alone (they read the host's CPU time or measure
-## a CPU share or a rate), then the rest in TEST_WORKERS pytest-xdist workers, one more than a 2-core
-## host has cores (an end-to-end test mostly waits on throttled devices: two workers kept the cores 70 %
-## busy); tests marked xdist_group(NAME) share one worker (--dist loadgroup), e.g. to share the TF
-## servers a module fixture started. $(1): a marker expression both phases also need. Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without
-## serial tests) is not a failure.
+## a CPU share or a rate), then the rest in TEST_WORKERS pytest-xdist workers (an end-to-end test leaves
+## a core idle while a throttled device imports TensorFlow; a third worker slows the elastic tests'
+## launches past what a switch is worth); tests marked xdist_group(NAME) share one worker (--dist
+## loadgroup), e.g. to share the TF servers a module fixture started. $(1): a marker expression both
+## phases also need. Exit status 5 (nothing selected, e.g. a PYTEST_ARGS path without serial tests) is
+## not a failure.
 define pytest_in_two_phases
 	$(PY) -m pytest -m 'serial$(if $(1), and $(1))' $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -m 'not serial$(if $(1), and $(1))' -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]

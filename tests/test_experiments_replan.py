@@ -167,3 +167,34 @@ def test_the_readme_and_the_experiments_page_show_the_committed_headline() -> No
     assert tables[EXPERIMENTS.parent / "docs" / "experiments.md"] == (out / "summary.md").read_text()
     for page, table in tables.items():
         assert replan.with_table(page.read_text(), table) == page.read_text(), page
+
+
+def test_as_lanes_keeps_the_fleets_set_and_adds_runs_only_within_the_budget() -> None:
+    """The lane protocol's replay of a sequential recording: with no budget, each device's first
+    solo window and the fleet's set alone; with the whole job as budget, the fastest device's two
+    windows pooled as recorded, and further sets in the protocol's order while a choice is a
+    near-tie."""
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+    def rechecked(recording: recordings.Recording) -> bool:   # recorded with the fastest's second window
+        return any(len(d.get("solo_rates_steps_per_s", [])) > 1 and d.get("solo_window_ends_s")
+                   for d in recording.evaluation["profile"]["devices"])
+
+    recording = next(r for r in recordings.load(recordings.DATASET) if r.scored and rechecked(r))
+    profile = Profile.from_dict(recording.evaluation["profile"])
+    devices, runs, job = to_planner_inputs(profile, recording.total_steps)
+    [twice] = [d for d in profile.devices if len(d.solo_rates_steps_per_s) > 1]
+    fastest = twice.name
+    fleet = frozenset(d.name for d in devices)
+    objectives = list(recording.evaluation["objectives"])
+
+    lean, lean_runs = replan.as_lanes(profile, devices, runs, job, objectives, budget_share=0.0)
+    assert [frozenset(r.devices) for r in lean_runs] == [fleet]
+    rate = {d.name: d.steps_per_s for d in lean}
+    assert rate[fastest] == pytest.approx(twice.solo_rates_steps_per_s[0] * twice.memory_slowdown)
+    assert all(rate[d.name] == d.steps_per_s for d in devices if d.name != fastest)
+
+    full, full_runs = replan.as_lanes(profile, devices, runs, job, objectives, budget_share=1.0)
+    assert {d.name: d.steps_per_s for d in full} == {d.name: d.steps_per_s for d in devices}
+    assert frozenset(full_runs[0].devices) == fleet and len(full_runs) <= len(runs)
+    assert all(r in runs for r in full_runs)

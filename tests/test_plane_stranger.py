@@ -6,8 +6,8 @@ its own. Every TCP port that a hetcluster process (the agents, their TF servers,
 and its PS and chief) listens on at a non-loopback address is tried at every address of the fleet:
 where a connection opens, a bare TensorFlow client runs ``tf.io.read_file`` on the agent's bearer
 token. On the closed plane every attempt fails, for a stranger without credentials and for one with
-a certificate from another CA. With the developer's open plane (TF's own servers as they are) the
-same stranger reads the token: the test can fail, and did before the plane was closed.
+a certificate from another CA. In the same run the same stranger reads the token through a bare TF
+server listening as TF's own servers did before the plane was closed: the test can fail.
 """
 
 from __future__ import annotations
@@ -122,9 +122,14 @@ def attack(namespace: str, where: list[str], secret: Path, *cert: str) -> dict[s
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# the positive control: TF's own server as it listens without the plane (every interface, no
+# authentication), on this host beside the fleet
+OPEN_SERVER = ("import tensorflow as tf, sys; server = tf.distribute.Server({'victim': ['localhost:' + sys.argv[1]]}, "
+               "job_name='victim', task_index=0, protocol='grpc'); print('up', flush=True); server.join()")
+
+
 @pytest.mark.skipif(not _shaped_fleet_possible(), reason="a shaped fleet needs root, ip and tc")
-@pytest.mark.parametrize("plane", ["closed", "open"])
-def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path, plane):
+def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path):
     from hetcluster.agent.credentials import generate_credentials
     from hetcluster.emulation.catalog import DeviceProfile
     from hetcluster.emulation.cluster import cluster_down, cluster_up
@@ -132,19 +137,22 @@ def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path, 
     from hetcluster.models import ModelSpec
     from hetcluster.training.launch import launch_cluster
     from hetcluster.training.run_job import run_in_subprocess
+    from hetcluster.training.servers import free_port
     from hetcluster.training.spec import TrainSpec
 
-    opened = plane == "open"
     profiles = [DeviceProfile("fast", 0.5, 2 << 30, 10.0, 40.0, 1000.0, 0.2),
                 DeviceProfile("slow", 0.3, 2 << 30, 2.0, 6.0, 100.0, 2.0)]
-    inventory = cluster_up(profiles, tmp_path / "cluster.toml", name=f"st{plane[0]}{os.getpid() % 10000}",
-                           network="shaped", state_dir=tmp_path / "state", allow_open_plane=opened)
+    inventory = cluster_up(profiles, tmp_path / "cluster.toml", name=f"st{os.getpid() % 10000}",
+                           network="shaped", state_dir=tmp_path / "state")
     state = load_state(tmp_path / "state")
     secret = Path(state.credentials_dir) / "token"   # what the issue's stranger read first
+    control_port = free_port("0.0.0.0")
+    control = subprocess.Popen([sys.executable, "-c", OPEN_SERVER, str(control_port)], stdout=subprocess.PIPE,
+                               text=True)
     stop, training = threading.Event(), threading.Event()
     try:
-        with launch_cluster([inventory.device(n) for n in inventory.names], inventory.parameter_server_host,
-                            open_plane=opened) as launched, stranger_namespace(state) as stranger:
+        with launch_cluster([inventory.device(n) for n in inventory.names],
+                            inventory.parameter_server_host) as launched, stranger_namespace(state) as stranger:
             spec = TrainSpec(model=ModelSpec("small_cnn", (16, 16, 3), 4, 8), total_steps=10**6)
             failed: list[Exception] = []
 
@@ -152,35 +160,34 @@ def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path, 
                 try:
                     run_in_subprocess(spec, launched.addresses, plane=launched.plane, stop_event=stop, timeout_s=900,
                                       on_progress=lambda done, *_: done > 0 and training.set())
-                except Exception as error:  # noqa: BLE001 - on the open plane the stranger may break the job
+                except Exception as error:  # noqa: BLE001 - reported by the assertion below
                     failed.append(error)
 
             run = threading.Thread(target=train, daemon=True)
             run.start()
             assert training.wait(180), "the job did not start training"
+            assert control.stdout.readline().strip() == "up"
+            opened = f"{state.shaped['host_address']}:{control_port}"
             where = targets(state)
             public = [launched.addresses.ps[0], launched.addresses.chief, *launched.addresses.workers.values(),
                       *(d.address for d in inventory.devices)]
-            assert set(public) <= set(where)   # the PS, the chief, the workers and the agents are all tried
-            tasks = public[:-len(inventory.devices)]
-            # the open plane needs one read to show the test can fail: its TF servers' own addresses
-            outcomes = attack(stranger, tasks if opened else where, secret)
+            assert set(public) <= set(where) and opened in where   # every port of ours is tried, the control's too
+            outcomes = attack(stranger, where, secret)
             print(json.dumps(outcomes, indent=1))
-            read = {t: o for t, o in outcomes.items() if o.startswith("READ")}
-            if opened:
-                assert read, f"the open plane let the stranger read nothing: {outcomes}"
-            else:
-                assert not read, read
-                other = generate_credentials(tmp_path / "other-ca")
-                # a certificate of another CA at the plane's ends (the agents' own refusals: test_agent_server)
-                with_cert = attack(stranger, tasks, secret, "--cert", str(other.client_cert), "--key",
-                                   str(other.client_key), "--ca", str(other.ca_cert))
-                print(json.dumps(with_cert, indent=1))
-                assert not [o for o in with_cert.values() if o.startswith("READ")], with_cert
+            assert outcomes[opened].startswith("READ"), outcomes[opened]   # the attack works on an open TF server
+            read = {t: o for t, o in outcomes.items() if o.startswith("READ") and not t.endswith(f":{control_port}")}
+            assert not read, read
+            # a certificate of another CA at the plane's ends (the agents' own refusals: test_agent_server)
+            other = generate_credentials(tmp_path / "other-ca")
+            tasks = public[:-len(inventory.devices)]
+            with_cert = attack(stranger, tasks, secret, "--cert", str(other.client_cert), "--key",
+                               str(other.client_key), "--ca", str(other.ca_cert))
+            print(json.dumps(with_cert, indent=1))
+            assert not [o for o in with_cert.values() if o.startswith("READ")], with_cert
             stop.set()
             run.join(120)
-            if not opened:   # the closed plane's job trained on, untouched by the strangers
-                assert not failed, failed
+            assert not failed, failed   # the job trained on, untouched by the strangers
     finally:
         stop.set()
+        control.kill()
         cluster_down(tmp_path / "state")
