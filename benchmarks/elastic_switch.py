@@ -15,8 +15,8 @@ with `train --elastic` and then as the same job without it, from the same profil
 For every switch it prints the measured cost (seconds from the decision to the new
 configuration's first step) against the one predicted when deciding, and for every scenario the
 whole job's measured time (`report.measured.time_s`: pre-training, every segment and switch gap)
-with and without --elastic, and their ratio. Run it alone (`flock /work/heavy.lock ...` on a
-shared host): it times real training.
+with and without --elastic, and their ratio. Run it with nothing else on the host: it times real
+training.
 
     .venv/bin/python benchmarks/elastic_switch.py [--steps-join 1200] [--steps-leave 1500] [--only join|leave]
 """
