@@ -45,9 +45,10 @@ def plan_json(inventory: Path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
-def plan(inventory: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
+def plan(inventory: Path, profile: Path, *args: str, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
+        *python_flags,
         "-m",
         "hetcluster.cli.app",
         "plan",
@@ -164,28 +165,8 @@ def test_a_profile_with_its_layer_graph_replans_without_building_the_model(inven
     exactly as building the model would. A profile without the graph (older ones) builds the model;
     a job of another input shape is not this profile's job at all (one-line error)."""
     def planned(profile: Path, *args: str) -> tuple[dict, bool]:
-        command = [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "hetcluster.cli.app",
-            "plan",
-            "--inventory",
-            str(inventory),
-            "--model",
-            "small_cnn",
-            "--profile",
-            str(profile),
-            "--total-steps",
-            "3000",
-            "--objective",
-            "edp",
-            "--format",
-            "json",
-            *args,
-        ]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        result = plan(inventory, profile, "--objective", "edp", "--format", "json", *args,
+                      python_flags=("-X", "importtime"))
         assert result.returncode == 0, result.stderr[-3000:]
         imported = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
         assert imported, "-X importtime wrote no import lines"

@@ -430,14 +430,7 @@ def _tail(path: str, lines: int = 3) -> str:
 
 def cluster_down(state_dir: Path | None = None, grace_s: float = 10.0) -> DownReport:
     """Stop the recorded processes, remove the recorded cgroups and namespaces, delete the state."""
-    directory = Path(state_dir or default_state_dir()).resolve()
-    state = load_state(directory)
-    if state is None:
-        raise EmulationError(
-            f"no emulated cluster is up (no state in {directory}).",
-            hint="pass --state-dir if it was started elsewhere, or start one with `hetcluster cluster up`.",
-        )
-    return _teardown(state, grace_s)
+    return _teardown(_running(state_dir), grace_s)
 
 
 def _stop_devices(state: ClusterState, devices: list[DeviceState], grace_s: float, report: DownReport) -> list:
