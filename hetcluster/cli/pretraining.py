@@ -109,8 +109,8 @@ def budget_line(settings: Any, total_steps: int | None) -> str:
     if not total_steps or settings.budget_share <= 0:
         return "pre-training: every device alone, then the calibration sets (no job size: no budget)"
     return (f"pre-training budget: {settings.budget_share:.0%} of the job — at most {settings.budget_steps} of its "
-            f"{total_steps} steps count toward it, and a calibration set beyond the fleet's runs only while it "
-            f"fits {settings.budget_share:.0%} of the job's predicted time")
+            f"{total_steps} steps count toward it, and a run beyond each device alone and the fleet together only "
+            f"while it fits {settings.budget_share:.0%} of the job's predicted time")
 
 
 def _display(progress: Progress) -> Any:
