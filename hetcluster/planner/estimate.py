@@ -17,7 +17,7 @@ outlasts the others' whole share holds the end of the run: measured, densenet121
 Without start-up measurements (L = F = 0) it is N_rem / R(S). Between the fluid end and that
 first step the other members wait idle, so the run's energy drops their dynamic power over that
 tail. During its start-up L_i a member draws its start-up power Q_i (measured alone in
-pre-training, DeviceProfile.startup_power_w) instead of its power in S, P_i(S) = p_i + γ·u_i·(P_i − p_i):
+pre-training, DeviceProfile.startup_power_w) instead of its power in S, P_i(S) = γ·(p_i + u_i·(P_i − p_i)):
 
     E_run(S) = P(S)·t_run − tail − Σ_{i∈S} (P_i(S) − Q_i)·L_i
 
