@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 PERIOD_US = 100_000
 # A device's quota is a ceiling, not a reservation: on a host where other work runs, a device at
 # the default weight gets less than its share. A higher weight (4x an ordinary process) makes a
-# busy device win its share from background load; the quotas still cap the fleet at its shares.
+# busy device win its share from background load; the quotas still cap the fleet at its shares
+# (docs/decisions.md#cgroup-cpu-weight).
 WEIGHT_V1 = 4096  # cpu.shares, default 1024
 WEIGHT_V2 = 400  # cpu.weight, default 100
 TOP = "hetcluster"

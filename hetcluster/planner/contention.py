@@ -174,7 +174,7 @@ def _solve_waits(W: np.ndarray | None, z: np.ndarray, s: np.ndarray) -> np.ndarr
         Q_new = np.clip(Q32 - (occ - Q32) / np.minimum(slope - 1.0, -1e-6), 0.0, Q32).astype(f32)
         # Newton converges quadratically: after a step of 1e-3·Q the next would be near float32's
         # noise floor (~1e-6), and the float64 step below squares what is left again, so stop here
-        # rather than spend an evaluation to see it
+        # rather than spend an evaluation to see it (docs/decisions.md#queue-newton-stop)
         done = np.all(Q32 - Q_new <= 1e-3 * Q32 + 1e-12)
         Q32 = Q_new
         if done:

@@ -13,7 +13,7 @@ t_run is a fluid model of a fresh run: worker i completes steps along x_i·(t �
 rate x_i = u_i·r_i in S (contention.py) shifted by its start-up L_i (graph set-up and first steps,
 measured alone in pre-training, DeviceProfile.startup_s); the run ends when the N_rem steps are
 done, and never before every member's first step F_i has come back (a slow board whose first step
-outlasts the others' whole share holds the end of the run: measured, densenet121 server+nano).
+outlasts the others' whole share holds the end of the run: docs/decisions.md#startup-term).
 Without start-up measurements (L = F = 0) it is N_rem / R(S). Between the fluid end and that
 first step the other members wait idle, so the run's energy drops their dynamic power over that
 tail. During its start-up L_i a member draws its start-up power Q_i (measured alone in
