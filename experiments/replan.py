@@ -97,28 +97,25 @@ def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, object
     def window_s(name: str) -> float:   # one solo window of a device
         return recorded[name].time_s / max(1, len(recorded[name].solo_rates_steps_per_s))
 
-    def affords(names: Sequence[str]) -> bool:   # the product's estimate: start-up, overhead, a minimum window
-        training_s = 0.0
+    def opinion() -> tuple[bool, float]:
+        """As cli.pretraining's choice check: whether some objective's choice has a near-tie, and
+        the longest training the objectives' choices predict after pre-training."""
+        tie, training_s = False, 0.0
         for objective in objectives:
             try:
-                chosen_s = float(plan(first, kept, job, objective, ()).chosen_row["time_s"])
-                training_s = max(training_s, chosen_s - job.pretrain_time_s)
+                chosen = plan(first, kept, job, objective, ())
             except PlanningError:
                 continue
-        return elapsed_s + start_s(names) + min_window_s <= budget_share * (elapsed_s + training_s)
+            training_s = max(training_s, float(chosen.chosen_row["time_s"]) - job.pretrain_time_s)
+            tie = tie or len(chosen.near_ties(limit=1)) > 0
+        return tie, training_s
 
-    def near_tie() -> bool:
-        for objective in objectives:
-            try:
-                if len(plan(first, kept, job, objective, ()).near_ties(limit=1)):
-                    return True
-            except PlanningError:
-                continue
-        return False
+    def affords(names: Sequence[str], training_s: float) -> bool:   # the product's estimate of a run's seconds
+        return elapsed_s + start_s(names) + min_window_s <= budget_share * (elapsed_s + training_s)
 
     elapsed_s = max(recorded[n].first_step_s + window_s(n) for n in fleet) \
         + sum(start_s(list(fleet)) + r.time_s for r in kept)
-    if pooled and affords(list(pooled)):
+    if pooled and affords(list(pooled), opinion()[1]):
         name = next(iter(pooled))
         first = [pooled.get(d.name, d) for d in first]
         elapsed_s += start_s([name]) + window_s(name)
@@ -126,14 +123,16 @@ def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, object
         run = by_members.get(frozenset(members))
         if run is None or run in kept:
             continue
-        if not near_tie() or not affords(members):
+        tie, training_s = opinion()
+        if not tie or not affords(members, training_s):
             break
         kept.append(run)
         elapsed_s += start_s(members) + run.time_s
     return first, kept
 
 
-def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None = None) -> dict[str, Any]:
+def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None = None,
+           lanes_budget: float | None = None) -> dict[str, Any]:
     """The evaluation as today's planner would have scored it: new predictions and choices, the
     same measurements (less what the ablation `without` clears: a key of ABLATIONS)."""
     from hetcluster.cli.cmd_evaluate import evaluation_dict, plans_by_objective
@@ -146,11 +145,11 @@ def replan(evaluation: dict[str, Any], total_steps: int, *, without: str | None 
     profile = Profile.from_dict(evaluation["profile"])
     devices, runs, job = to_planner_inputs(profile, total_steps)
     if without:
-        devices = [dataclasses.replace(d, **ABLATIONS[without.partition("@")[0]]) for d in devices]
+        devices = [dataclasses.replace(d, **ABLATIONS[without]) for d in devices]
     if without == "sets":
         runs = []
-    if without and without.startswith("lanes"):   # "lanes" or "lanes@<budget share>"
-        share = float(without.partition("@")[2] or DEFAULT_BUDGET_SHARE)
+    if without == "lanes":
+        share = DEFAULT_BUDGET_SHARE if lanes_budget is None else lanes_budget
         devices, runs = as_lanes(profile, devices, runs, job, list(evaluation["objectives"]), share)
     models = FittedModels.fit(devices, runs, job, revise_rates=without != "rate-revision")
     table = plan(devices, runs, job, "edp", (), models=models).table
@@ -179,10 +178,11 @@ def largest_prediction_change(old: dict[str, Any], new: dict[str, Any]) -> float
                for c in new["configurations"])
 
 
-def replan_recording(recording: Recording, without: str | None = None, check: bool = False) -> dict[str, Any]:
+def replan_recording(recording: Recording, without: str | None = None, check: bool = False,
+                     lanes_budget: float | None = None) -> dict[str, Any]:
     """The re-planned evaluation of one recording with a whole profile. check: fail unless the
     predictions reproduce the recorded ones."""
-    new = replan(recording.evaluation, recording.total_steps, without=without)
+    new = replan(recording.evaluation, recording.total_steps, without=without, lanes_budget=lanes_budget)
     change = largest_prediction_change(recording.evaluation, new)
     log.info("%s: largest change of a predicted time %.2f %%", recording.label, 100 * change)
     if check and change > 1e-6:
@@ -212,7 +212,7 @@ def changed_choices(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataF
 
 
 def rescore_repeated(recordings: Sequence[Recording], out: Path, without: str | None = None,
-                     check: bool = False) -> dict[str, Any]:
+                     check: bool = False, lanes_budget: float | None = None) -> dict[str, Any]:
     """Today's planner on every recording the headline scores (Recording.scored: counted, a whole
     profile and a repeated truth), in one table (rows labelled <folder>/<model>): the accuracy over
     all of them, and over the unseen ones as the summary's scope "unseen". Where out holds an earlier
@@ -227,7 +227,7 @@ def rescore_repeated(recordings: Sequence[Recording], out: Path, without: str | 
     unscorable = sorted(r.label for r in recordings if r.unseen and not r.scored)
     if unscorable:
         raise SystemExit(f"recordings marked unseen that the headline cannot score: {', '.join(unscorable)}")
-    runs = [(r.label, r.setting, replan_recording(r, without, check)) for r in scored]
+    runs = [(r.label, r.setting, replan_recording(r, without, check, lanes_budget)) for r in scored]
     unseen = [r.label for r in scored if r.unseen]
     groups = {"unseen": unseen} if unseen else {}
     frames = tables(runs, REFERENCE_EXACT_RATE, groups)
@@ -297,17 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="fail unless the re-planned predictions equal the recorded ones (same planner)")
     args = parser.parse_args(argv)
-    if args.pretrain_budget is not None:
-        if args.without != "lanes":
-            parser.error("--pretrain-budget goes with --as-lanes")
-        args.without = f"lanes@{args.pretrain_budget:g}"
+    if args.pretrain_budget is not None and args.without != "lanes":
+        parser.error("--pretrain-budget goes with --as-lanes")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     suffix = f"-without-{args.without}" if args.without else ""
-    if args.without and args.without.startswith("lanes"):
-        suffix = "-as-" + args.without.replace("@", "-budget-")
+    if args.without == "lanes":
+        suffix = "-as-lanes" + (f"-budget-{args.pretrain_budget:g}" if args.pretrain_budget is not None else "")
     if args.all_repeated:
         out = (args.to or DATASET.parent / f"replanned-repeated{suffix}").resolve()
-        frames = rescore_repeated(load(args.recordings), out, args.without, args.check)
+        frames = rescore_repeated(load(args.recordings), out, args.without, args.check, args.pretrain_budget)
         log.info("summary:\n%s", frames["summary"].to_string(index=False))
         if args.to is None and args.without is None and args.recordings == DATASET:   # the headline: pages show it
             for page, table in headline_tables(frames["summary"]).items():
@@ -324,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         if not recording.whole_profile:
             log.warning("skipping %s: recorded before evaluate kept the whole profile", recording.label)
             continue
-        write_json(out / "raw" / f"{recording.model}.json", replan_recording(recording, args.without, args.check))
+        write_json(out / "raw" / f"{recording.model}.json",
+                   replan_recording(recording, args.without, args.check, args.pretrain_budget))
         write_json(out / "raw" / f"{recording.model}.setting.json", recording.setting)
         done.append(settings[recording.model])
     if not done:
