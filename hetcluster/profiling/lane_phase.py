@@ -219,13 +219,9 @@ def measure_on_lanes(phase: _Phase, available: Sequence[str], class_of: dict[str
                                    isolation=inventory.tf_plane_isolation, wait=False, start_workers=False)
     lanes = _Lanes(phase, width)
 
-    def solo_spec(name: str) -> Callable[[str], Any]:
-        # its steps count only if its line is adopted: the window, not a share of the budget, ends it
-        return lambda folder: phase.run_spec([name], settings.steps_per_run, SOLO_CAP_RUNS * settings.steps_per_run,
-                                             base_steps=lanes.line_steps, checkpoint_dir=folder)
-
     def start_group(index: int) -> list[_Pending]:
-        return [lanes.start([name], lane=i, chief=i, spec=solo_spec(name)) for i, name in enumerate(groups[index])]
+        return [lanes.start([name], lane=i, chief=i, spec=_solo_spec(phase, lanes, name))
+                for i, name in enumerate(groups[index])]
 
     # the first group's processes (and the parameter servers) import TensorFlow while the idle power
     # is read; a later group's start when the one before has finished, so that no import runs
@@ -288,21 +284,11 @@ def _recheck_fastest(phase: _Phase, lanes: _Lanes, profiles: list[DeviceProfile]
                   default=None)
     if fastest is None or fastest.measured_wall_s:   # known from an earlier pre-training: its figures stand
         return profiles
-    if open_choice is not None:
-        check = open_choice(_provisional(phase, lanes, profiles, runs))
-        elapsed_s = time.time() - phase.start_wall_s
-        cost_s = _set_estimate_s([fastest])
-        budget_s = phase.settings.budget_share * (elapsed_s + check.training_time_s)
-        if elapsed_s + cost_s > budget_s:
-            phase.on_event("plan", {"line": f"{fastest.name} alone again skipped: about {cost_s:.0f} s more would "
-                                            f"pass the budget ({budget_s:.0f} s)"})
-            return profiles
     name = fastest.name
-    settings = phase.settings
-    pending = lanes.start([name], lane=0, chief=chief,
-                          spec=lambda folder: phase.run_spec([name], settings.steps_per_run,
-                                                             SOLO_CAP_RUNS * settings.steps_per_run,
-                                                             base_steps=lanes.line_steps, checkpoint_dir=folder))
+    if open_choice is not None and _over_budget(phase, open_choice(_provisional(phase, lanes, profiles, runs)),
+                                                [fastest], f"{name} alone again"):
+        return profiles
+    pending = lanes.start([name], lane=0, chief=chief, spec=_solo_spec(phase, lanes, name))
     pending.go.set()
     pending.join()
     if pending.error is not None:
@@ -316,6 +302,27 @@ def _recheck_fastest(phase: _Phase, lanes: _Lanes, profiles: list[DeviceProfile]
     return [pooled if p.name == name
             else replace(pooled, name=p.name, idle_power_w=p.idle_power_w, measured_on=name) if p.measured_on == name
             else p for p in profiles]
+
+
+def _solo_spec(phase: _Phase, lanes: _Lanes, name: str) -> Callable[[str], Any]:
+    """The spec of a solo run of ``name``, continuing the line. Its steps count only if its line is
+    adopted: the window, not a share of the budget, ends it."""
+    settings = phase.settings
+    return lambda folder: phase.run_spec([name], settings.steps_per_run, SOLO_CAP_RUNS * settings.steps_per_run,
+                                         base_steps=lanes.line_steps, checkpoint_dir=folder)
+
+
+def _over_budget(phase: _Phase, check: ChoiceCheck, members: Sequence[DeviceProfile], what: str) -> bool:
+    """Whether a run of ``members`` would take pre-training past its time budget, its share of the
+    job as ``check`` predicts it; says so in one line (``what`` skipped)."""
+    elapsed_s = time.time() - phase.start_wall_s
+    cost_s = _set_estimate_s(members)
+    budget_s = phase.settings.budget_share * (elapsed_s + check.training_time_s)
+    if elapsed_s + cost_s <= budget_s:
+        return False
+    phase.on_event("plan", {"line": f"{what} skipped: about {cost_s:.0f} s more would pass the budget "
+                                    f"({budget_s:.0f} s)"})
+    return True
 
 
 def _cancel(pending: _Pending) -> None:
@@ -374,7 +381,7 @@ def _run_set(phase: _Phase, lanes: _Lanes, members: Sequence[str], profiles: Seq
 
 def _further_sets(phase: _Phase, lanes: _Lanes, profiles: list[DeviceProfile], runs: list[RunProfile],
                   class_of: dict[str, str | None], open_choice: ChoiceFn | None) -> None:
-    """Step 4: the remaining calibration sets, one at a time, while the choice is open and the
+    """Step 5: the remaining calibration sets, one at a time, while the choice is open and the
     time budget affords the next."""
     settings = phase.settings
     usable = [p for p in profiles if p.name not in phase.excluded]
@@ -390,16 +397,11 @@ def _further_sets(phase: _Phase, lanes: _Lanes, profiles: list[DeviceProfile], r
             continue
         if open_choice is not None:
             check = open_choice(_provisional(phase, lanes, usable, runs))
-            elapsed_s = time.time() - phase.start_wall_s
-            cost_s = _set_estimate_s([p for p in usable if p.name in members])
-            budget_s = settings.budget_share * (elapsed_s + check.training_time_s)
             if not check.open:
                 why = check.why or "the choice is clear"
                 phase.on_event("plan", {"line": f"set {'+'.join(members)} skipped: {why}"})
                 return
-            if elapsed_s + cost_s > budget_s:
-                phase.on_event("plan", {"line": f"set {'+'.join(members)} skipped: about {cost_s:.0f} s more would "
-                                                f"pass the budget ({budget_s:.0f} s)"})
+            if _over_budget(phase, check, [p for p in usable if p.name in members], f"set {'+'.join(members)}"):
                 return
         pending = lanes.start(list(members), lane=0, chief=lanes.group_size)
         if _run_set(phase, lanes, members, usable, runs, pending, phase.settings.min_window_s):
