@@ -169,8 +169,8 @@ def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path):
             assert control.stdout.readline().strip() == "up"
             opened = f"{state.shaped['host_address']}:{control_port}"
             where = targets(state)
-            public = [launched.addresses.ps[0], launched.addresses.chief, *launched.addresses.workers.values(),
-                      *(d.address for d in inventory.devices)]
+            tasks = [launched.addresses.ps[0], launched.addresses.chief, *launched.addresses.workers.values()]
+            public = [*tasks, *(d.address for d in inventory.devices)]
             assert set(public) <= set(where) and opened in where   # every port of ours is tried, the control's too
             outcomes = attack(stranger, where, secret)
             print(json.dumps(outcomes, indent=1))
@@ -179,7 +179,6 @@ def test_a_stranger_reads_nothing_through_any_port_while_a_job_trains(tmp_path):
             assert not read, read
             # a certificate of another CA at the plane's ends (the agents' own refusals: test_agent_server)
             other = generate_credentials(tmp_path / "other-ca")
-            tasks = public[:-len(inventory.devices)]
             with_cert = attack(stranger, tasks, secret, "--cert", str(other.client_cert), "--key",
                                str(other.client_key), "--ca", str(other.ca_cert))
             print(json.dumps(with_cert, indent=1))
