@@ -184,8 +184,7 @@ def run_evaluation(
     from hetcluster.errors import ConfigError
     from hetcluster.evaluation.harness import configuration_label, measure_configuration, merge_repeats
     from hetcluster.fileio import write_json_atomic
-    from hetcluster.memory.fit import TrainingMemory, training_memory
-    from hetcluster.memory.model_graph import spec_graph
+    from hetcluster.memory.fit import TrainingMemory
     from hetcluster.training.coordinator import SegmentInterrupted, run_on_devices
     from hetcluster.training.report import JobMetrics
     from hetcluster.training.spec import TrainSpec
@@ -212,7 +211,7 @@ def run_evaluation(
     spec = TrainSpec(model=model_spec, total_steps=total_steps, data=training.data, optimizer=training.optimizer,
                      learning_rate=training.learning_rate)
     # the model's graph is built (TensorFlow) only where some device has a memory budget to plan for
-    memory = {devices: training_memory(model_spec, budgets.of(devices), devices, spec_graph(model_spec))
+    memory = {devices: budgets.training_memory(model_spec, devices)
               if budgets.of(devices) else TrainingMemory() for devices, _ in configs}
     runs: dict[tuple[str, ...], list[Any]] = {}
     results: list[Any] = []

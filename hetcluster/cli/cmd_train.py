@@ -196,8 +196,6 @@ def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: b
     from hetcluster.cli.plan_output import print_table
     from hetcluster.cli.pretraining import profile_paths
     from hetcluster.errors import ConfigError
-    from hetcluster.memory.fit import training_memory
-    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.profile import save_profile
     from hetcluster.training.coordinator import JobLedger, check_agents
     from hetcluster.training.report import JobMetrics
@@ -219,7 +217,7 @@ def _new_job(fleet: Inventory, workdir: Path, console: Console, allow_missing: b
     _adopt_checkpoint(profile, checkpoint_dir)
     if not profile_path.exists():
         save_profile(profile, profile_path)
-    memory = training_memory(spec, budgets.of(plan.chosen), plan.chosen, spec_graph(spec))
+    memory = budgets.training_memory(spec, plan.chosen)
     console.print(memory.describe())
     train = TrainSpec(model=spec, total_steps=int(options["total_steps"]), data=training.data,
                       checkpoint_dir=str(checkpoint_dir), checkpoint_every_steps=checkpoint_every,

@@ -346,12 +346,9 @@ class ElasticJob:
         """Make ``target`` the job's configuration in its ledger, each member under its own memory
         plan, before anything is launched (a coordinator killed from here resumes on it);
         returns the job's TrainSpec as it now stands."""
-        from hetcluster.memory.fit import training_memory
-        from hetcluster.memory.model_graph import spec_graph
         from hetcluster.training.spec import TrainSpec
 
-        memory = training_memory(self.spec.model, self._budgets().of(target), list(target),
-                                 spec_graph(self.spec.model))
+        memory = self._budgets().training_memory(self.spec.model, target)
         self.console.print(memory.describe())
         with self.ledger.lock:
             self.ledger.data["chosen"] = list(target)

@@ -59,8 +59,6 @@ def measure_alone(name: str, fleet: Inventory, spec: TrainSpec, profile: Profile
     """Measure ``name`` alone as pre-training measures a device (its idle power, then one solo run
     of the job's model, data and optimizer, under the memory plan training would give it), on a
     throwaway parameter server and checkpoint. Raises HetclusterError when it cannot be measured."""
-    from hetcluster.memory.fit import training_memory
-    from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining
 
     steps = max(profile.steps_per_run or 20, profile.warmup_steps + 2)
@@ -78,7 +76,7 @@ def measure_alone(name: str, fleet: Inventory, spec: TrainSpec, profile: Profile
             on_line(f"{name}: {details['steps_per_s']:.2f} steps/s alone")
 
     def memory(names: Any) -> Any:
-        return training_memory(spec.model, budgets.of(names), list(names), spec_graph(spec.model))
+        return budgets.training_memory(spec.model, names)
 
     with tempfile.TemporaryDirectory(prefix=f"measure-{name}-", dir=workdir) as scratch:
         measured = run_pretraining(fleet, spec.model, str(Path(scratch) / "checkpoints"), data=spec.data,

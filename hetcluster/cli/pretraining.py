@@ -62,7 +62,7 @@ def run_pretraining_with_display(
     trains under the memory plan training would give its devices (``memory.fit.training_memory``), so a
     device that plain TensorFlow does not fit is measured under its plan."""
     from hetcluster.fileio import check_writable
-    from hetcluster.memory.fit import TrainingMemory, training_memory
+    from hetcluster.memory.fit import TrainingMemory
     from hetcluster.memory.model_graph import spec_graph
     from hetcluster.profiling.pretrain import PretrainSettings, run_pretraining, solo_run_count
     from hetcluster.profiling.profile import save_profile
@@ -82,7 +82,7 @@ def run_pretraining_with_display(
     def memory(names: Any) -> TrainingMemory:  # a device's budget is asked when it first runs: past its health check
         key = frozenset(names)
         if key not in plans:
-            plans[key] = training_memory(spec, budgets.of(names), list(names), spec_graph(spec))
+            plans[key] = budgets.training_memory(spec, names)
         return plans[key]
 
     open_choice = None
@@ -359,6 +359,14 @@ class DeviceBudgets:
             if budget is not None:
                 self._known[name] = (int(budget), kind)
         return {name: self._known[name] for name in names if name in self._known}
+
+    def training_memory(self, spec: ModelSpec, names: Any) -> Any:
+        """The memory plans a training of ``names`` runs under (memory.fit.training_memory): each
+        device with a known budget under its own plan."""
+        from hetcluster.memory.fit import training_memory
+        from hetcluster.memory.model_graph import spec_graph
+
+        return training_memory(spec, self.of(names), list(names), spec_graph(spec))
 
 
 def planner_inputs(
