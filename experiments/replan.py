@@ -68,12 +68,15 @@ def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, object
     give), the run of the whole fleet, the fastest device's second solo window where the time
     budget affords it, then each further recorded set in the protocol's order while some
     objective's choice is a near-tie and the budget affords it (``budget_share`` of the job, as
-    --pretrain-budget). Elapsed seconds: the slowest solo
-    run (the solo runs side by side), then each run's start-up, set-up overhead and window."""
+    --pretrain-budget). The budget is the product's: the lanes' own elapsed seconds and the training
+    the planner predicts after the lanes' own steps (the solo run with the most steps within the
+    step budget, then each run that stays within it), not the recording's. Elapsed seconds: the
+    slowest solo run (the solo runs side by side, as on a fleet of separate machines), then each
+    run's; a run takes its slowest member's start-up, the set-up overhead and its window."""
     from hetcluster.errors import PlanningError
     from hetcluster.planner import plan
     from hetcluster.profiling.lane_phase import SET_OVERHEAD_S
-    from hetcluster.profiling.pretrain import PretrainSettings, rate_standard_error
+    from hetcluster.profiling.pretrain import PretrainSettings, budget_steps, rate_standard_error
     from hetcluster.profiling.sets import calibration_sets
 
     min_window_s = PretrainSettings().min_window_s
@@ -90,35 +93,44 @@ def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, object
     by_members = {frozenset(r.devices): r for r in runs}
     fleet = frozenset(d.name for d in devices)
     kept = [by_members[fleet]] if fleet in by_members else []
+    step_budget = budget_steps(job.total_steps, budget_share)
 
     def start_s(names: Sequence[str]) -> float:
         return max(recorded[n].first_step_s for n in names) + SET_OVERHEAD_S
 
-    def window_s(name: str) -> float:   # one solo window of a device
-        return recorded[name].time_s / max(1, len(recorded[name].solo_rates_steps_per_s))
+    def solo(name: str) -> tuple[float, int]:   # one solo run of a device: its window's seconds, its steps
+        windows = max(1, len(recorded[name].solo_rates_steps_per_s))
+        return recorded[name].time_s / windows, recorded[name].steps // windows
+
+    def continued(line: int, steps: int) -> int:   # the line after a run of ``steps``: adopted within the budget
+        return line + steps if line + steps <= step_budget else line
 
     def opinion() -> tuple[bool, float]:
-        """As cli.pretraining's choice check: whether some objective's choice has a near-tie, and
-        the longest training the objectives' choices predict after pre-training."""
+        """As cli.pretraining's choice check on the profile so far: whether some objective's choice
+        has a near-tie, and the longest training the objectives' choices predict after it."""
         tie, training_s = False, 0.0
+        so_far = dataclasses.replace(job, pretrain_steps=line, pretrain_time_s=elapsed_s)
         for objective in objectives:
             try:
-                chosen = plan(first, kept, job, objective, ())
+                chosen = plan(first, kept, so_far, objective, ())
             except PlanningError:
                 continue
-            training_s = max(training_s, float(chosen.chosen_row["time_s"]) - job.pretrain_time_s)
+            training_s = max(training_s, float(chosen.chosen_row["time_s"]) - elapsed_s)
             tie = tie or len(chosen.near_ties(limit=1)) > 0
         return tie, training_s
 
     def affords(names: Sequence[str], training_s: float) -> bool:   # the product's estimate of a run's seconds
         return elapsed_s + start_s(names) + min_window_s <= budget_share * (elapsed_s + training_s)
 
-    elapsed_s = max(recorded[n].first_step_s + window_s(n) for n in fleet) \
-        + sum(start_s(list(fleet)) + r.time_s for r in kept)
+    elapsed_s = max(start_s([n]) + solo(n)[0] for n in fleet) + sum(start_s(list(fleet)) + r.time_s for r in kept)
+    line = max((solo(n)[1] for n in fleet if solo(n)[1] <= step_budget), default=0)
+    for run in kept:
+        line = continued(line, run.steps)
     if pooled and affords(list(pooled), opinion()[1]):
         name = next(iter(pooled))
         first = [pooled.get(d.name, d) for d in first]
-        elapsed_s += start_s([name]) + window_s(name)
+        elapsed_s += start_s([name]) + solo(name)[0]
+        line = continued(line, solo(name)[1])
     for members in calibration_sets({d.name: d.steps_per_s for d in first})[1:]:
         run = by_members.get(frozenset(members))
         if run is None or run in kept:
@@ -128,6 +140,7 @@ def as_lanes(profile: Any, devices: list[Any], runs: list[Any], job: Any, object
             break
         kept.append(run)
         elapsed_s += start_s(members) + run.time_s
+        line = continued(line, run.steps)
     return first, kept
 
 

@@ -64,10 +64,10 @@ def test_a_job_too_short_for_its_budget_or_a_budget_out_of_range_is_refused_befo
         inventory, tmp_path, given_settings):
     from hetcluster.errors import ConfigError
 
-    # 20 % of 40 steps is 8: fewer than a measured window's 3 warm-up and 10 measured steps
-    result = profile(inventory, tmp_path / "job", "--total-steps", "40")
+    # a third of 30 steps is 10: fewer than a measured window's 3 warm-up and 10 measured steps
+    result = profile(inventory, tmp_path / "job", "--total-steps", "30")
     assert isinstance(result.exception, ConfigError)
-    assert "too short to plan" in str(result.exception) and "--total-steps 65 or more" in result.exception.hint
+    assert "too short to plan" in str(result.exception) and "--total-steps 39 or more" in result.exception.hint
     for share in ("0", "1.5"):
         result = profile(inventory, tmp_path / "job", "--total-steps", "4000", "--pretrain-budget", share)
         assert isinstance(result.exception, ConfigError) and "--pretrain-budget" in str(result.exception)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import typer
 
 from hetcluster.errors import ConfigError
+from hetcluster.profiling.lanes import DEFAULT_BUDGET_SHARE
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -58,9 +59,10 @@ TOTAL_STEPS = typer.Option(600, "--total-steps", "-n", help="Steps of the whole 
 PRETRAIN_STEPS = typer.Option(20, "--pretrain-steps", help="Steps per pre-training run (warm-up included).")
 WARMUP_STEPS = typer.Option(4, "--warmup-steps", help="Steps per pre-training run excluded from timings.")
 PRETRAIN_BUDGET = typer.Option(
-    0.2,
+    DEFAULT_BUDGET_SHARE,
     "--pretrain-budget",
-    help="The share of the job pre-training may take (0 < F < 1, default 0.2): at most this share of "
+    show_default=False,
+    help="The share of the job pre-training may take (0 < F < 1, default a third): at most this share of "
          "--total-steps count toward the job (its other steps are measurement only), and a calibration set "
          "beyond the fleet's runs only while it fits this share of the job's predicted time.",
 )
@@ -185,7 +187,7 @@ def check_pretrain_budget(share: float) -> float:
     """A --pretrain-budget: a share strictly between 0 and 1."""
     if not 0 < share < 1:
         raise ConfigError(f"--pretrain-budget {share:g} is not a share of the job.",
-                          hint="give a number between 0 and 1, e.g. --pretrain-budget 0.2.")
+                          hint="give a number between 0 and 1, e.g. --pretrain-budget 0.25.")
     return share
 
 

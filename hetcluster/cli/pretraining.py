@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from hetcluster.profiling.lanes import DEFAULT_BUDGET_SHARE
 
 if TYPE_CHECKING:  # pragma: no cover
     from hetcluster.inventory import Inventory
@@ -39,7 +42,7 @@ class PretrainOptions:
 
     steps_per_run: int = 20
     warmup_steps: int = 4
-    budget_share: float = 0.2
+    budget_share: float = DEFAULT_BUDGET_SHARE
     protocol: str = "lanes"
     objectives: tuple[str, ...] = ()
     constraints: tuple[Any, ...] = ()
@@ -260,7 +263,9 @@ def check_job_fits_budget(total_steps: int | None, options: PretrainOptions) -> 
     budget = budget_steps(total_steps, options.budget_share)
     needed = options.warmup_steps + MIN_SOLO_WINDOW_STEPS
     if budget < needed:
-        least = -(-needed * 100 // round(options.budget_share * 100))
+        least = math.ceil(needed / options.budget_share)
+        while budget_steps(least, options.budget_share) < needed:   # the share's float rounding
+            least += 1
         raise ConfigError(
             f"A job of {total_steps} steps is too short to plan: its pre-training budget "
             f"({options.budget_share:.0%}, {budget} steps) holds no measured window ({needed} steps).",

@@ -19,6 +19,8 @@ HOST_COST_PER_SHARE = 2.0
 # a real device's lane costs the coordinator host its training process and PS: half a core at most
 # (docs/decisions.md#lane-host-cost)
 REMOTE_LANE_CORES = 0.5
+# the share of a job pre-training may take, its steps and its seconds (docs/decisions.md#pretrain-budget)
+DEFAULT_BUDGET_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from hetcluster.memory.fit import TrainingMemory
 from hetcluster.models.datasets import DataSource
 from hetcluster.models.spec import ModelSpec
 from hetcluster.profiling import known
+from hetcluster.profiling.lanes import DEFAULT_BUDGET_SHARE
 from hetcluster.profiling.profile import DeviceProfile, Profile, RunProfile
 from hetcluster.profiling.sets import calibration_sets, class_unit
 from hetcluster.training.checkpoints import checkpoint_steps
@@ -95,8 +96,6 @@ MemoryFn = Callable[[Sequence[str]], TrainingMemory]
 PLAIN = TrainingMemory()
 
 PROTOCOLS = ("lanes", "sequential")
-# the share of a job pre-training may take (docs/decisions.md#pretrain-budget)
-DEFAULT_BUDGET_SHARE = 0.2
 # idle power holds still: 20 samples at PRETRAIN_POWER_RATE_HZ read it as well as 30
 LANES_IDLE_S = 2.0
 
@@ -215,7 +214,7 @@ class PretrainSettings:
 
 def budget_steps(total_steps: int | None, share: float) -> int:
     """Of a job of ``total_steps``, how many of pre-training's steps may count toward it (0: no job size)."""
-    return int((total_steps or 0) * share)
+    return int((total_steps or 0) * share + 1e-9)   # a third of 300 is 100, not 99.99...
 
 
 def phase_budget_steps(total_steps: int | None) -> int:
