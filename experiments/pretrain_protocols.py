@@ -47,7 +47,7 @@ def run_case(name: str, out: Path, first: str) -> list[dict[str, Any]]:
            "--total-steps", str(total), "--remeasure"]
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, emulated_fleet(Path(tmp) / "state", devices.split(","), f"pp{name}",
+    with tempfile.TemporaryDirectory() as tmp, emulated_fleet(Path(tmp) / "state", devices.split(","), f"pp{name.lower()}",
                                                               log_path=folder / "cli.log") as inventory:
         def lanes() -> None:
             run_cli(["profile", "--inventory", inventory, *job, "--workdir", folder / "lanes",
