@@ -198,3 +198,28 @@ def test_as_lanes_keeps_the_fleets_set_and_adds_runs_only_within_the_budget() ->
     assert {d.name: d.steps_per_s for d in full} == {d.name: d.steps_per_s for d in devices}
     assert frozenset(full_runs[0].devices) == fleet and len(full_runs) <= len(runs)
     assert all(r in runs for r in full_runs)
+
+
+def test_as_lanes_budgets_from_its_own_steps_and_seconds(monkeypatch) -> None:
+    """The replay's budget is the product's: the planner is asked about the lanes' own steps and
+    seconds so far (within the step budget), not the sequential recording's."""
+    import hetcluster.planner
+    from hetcluster.profiling.pretrain import budget_steps
+    from hetcluster.profiling.profile import Profile, to_planner_inputs
+
+    recording = next(r for r in recordings.load(recordings.DATASET)
+                     if r.scored and r.evaluation["profile"]["pretrain_steps"] > r.total_steps / 3)
+    profile = Profile.from_dict(recording.evaluation["profile"])
+    devices, runs, job = to_planner_inputs(profile, recording.total_steps)
+    asked = []
+    real_plan = hetcluster.planner.plan
+
+    def recording_plan(devices, runs, job, *args, **kwargs):
+        asked.append(job)
+        return real_plan(devices, runs, job, *args, **kwargs)
+
+    monkeypatch.setattr(hetcluster.planner, "plan", recording_plan)
+    replan.as_lanes(profile, devices, runs, job, list(recording.evaluation["objectives"]), budget_share=1 / 3)
+    assert asked, "the replay asked the planner nothing"
+    assert all(0 < j.pretrain_steps <= budget_steps(job.total_steps, 1 / 3) for j in asked)
+    assert all(0 < j.pretrain_time_s < profile.pretrain_time_s for j in asked)
