@@ -35,6 +35,10 @@ CASES: dict[str, tuple[str, str, str, int, int]] = {
     "B": ("server,jetson-tx2,phone", "small_cnn", "32x32x3", 16, 1500),
     "C": ("server,jetson-xavier,jetson-tx2", "mobilenet_v2", "32x32x3", 8, 200),
     "D": ("jetson-tx2,rpi4,phone", "small_cnn", "32x32x3", 32, 600),
+    "E": ("server,jetson-nano,phone", "small_cnn", "32x32x3", 16, 800),
+    "F": ("jetson-xavier,jetson-tx2,rpi4", "small_cnn", "32x32x3", 32, 500),
+    "G": ("server,jetson-xavier,phone", "mobilenet_v2", "32x32x3", 8, 150),
+    "H": ("jetson-xavier,jetson-nano,jetson-tx2", "small_cnn", "32x32x3", 64, 400),
 }
 OBJECTIVES = ("time", "power", "energy", "edp")
 
