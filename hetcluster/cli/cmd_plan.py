@@ -83,8 +83,9 @@ def make_plan(*, objective, inventory, model, input_shape, classes, batch_size, 
               warmup_steps, workdir, profile, deadline, max_power, max_energy, require, exclude, device_kind,
               model_config: Path | None = None, output_format: str = "table", console: Console, fleet: Inventory = None,
               eval_data: Path | None = None, eval_split: float | None = None, optimizer: str = "sgd",
-              learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None, pretrain_budget: float = opt.DEFAULT_BUDGET_SHARE,
-              pretrain_protocol: str = "lanes", objectives: tuple[str, ...] | None = None, remeasure: bool = False):
+              learning_rate: float = 0.01, prepared: tuple[Any, Any] | None = None,
+              pretrain_budget: float = opt.DEFAULT_BUDGET_SHARE, pretrain_protocol: str = "lanes",
+              objectives: tuple[str, ...] | None = None, remeasure: bool = False):
     """Validate every option (the data against the model too), then pre-train or load the
     profile, then plan. ``fleet``: the inventory already loaded by the caller (so the agents it
     checked are the ones planned for); ``prepared``: the (ModelSpec, Training) the caller already
