@@ -75,7 +75,6 @@ def test_devices_are_measured_alone_at_once_then_together_within_the_budget_and_
         for name in ("board-1", "other"):
             assert again.device(name).steps_per_s == profile.device(name).steps_per_s
             assert again.device(name).measured_wall_s > 0
-        assert again.pretrain_time_s < profile.pretrain_time_s
         assert len(store_path().read_text().splitlines()) == 2   # known devices are not stored twice
 
 
