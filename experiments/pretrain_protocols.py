@@ -4,11 +4,12 @@ Each case is a fleet and a job, chosen before any was run (``CASES``). The fleet
 `hetcluster profile --pretrain-protocol lanes` writes the new protocol's profile, and `hetcluster
 evaluate --repeats 2 --pretrain-protocol sequential` the old one's profile and choices together
 with the two-round truth (every configuration trained twice, from the old profile's checkpoint);
-the order of the two alternates from case to case. The lanes profile is then planned against the
-same truth (``experiments.replan.replan``), so both protocols are scored on the same trainings,
-under every objective. Every device is measured in each run (no known devices).
+the order of the two alternates from case to case. The lanes profile is then planned for the job
+the truth trained (``score_case``, ``experiments.replan.replan``), so both protocols are scored on
+the same trainings, under every objective. Every device is measured in each run (no known
+devices). --rescore scores the raw outputs --out-dir holds again, running nothing.
 
-    .venv/bin/python -m experiments.pretrain_protocols [--cases A,B] [--out-dir DIR]
+    .venv/bin/python -m experiments.pretrain_protocols [--cases A,B] [--out-dir DIR] [--rescore]
 
 Prints, per case and objective, whether the truth separates its best and whether each protocol's
 choice is exact; then both protocols' exact counts over the separated cases and over all, and the
